@@ -1,0 +1,38 @@
+"""The one Dagster code location of GEM Pipeline (loaded by workspace.yaml).
+
+Definitions are built by `build_definitions`, called when Dagster loads the location, never at
+import time: the lake root and preset come from the environment (GEM_HOME, GEM_PRESET,
+GEM_CONFIG) or from the caller (tests pass their own resources).
+"""
+
+import dagster as dg
+
+from dagster_project.defs.automation import build_jobs, build_schedules, build_sensors
+from dagster_project.defs.export.assets import build_export_assets, build_export_checks
+from dagster_project.defs.features.assets import build_feature_assets
+from dagster_project.defs.features.checks import build_feature_checks
+from dagster_project.defs.training.assets import teacher_model, teacher_model_metrics
+from dagster_project.resources.launchers import JobLauncher, LocalTorchrunLauncher
+from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.spark import SparkResource
+
+
+def build_definitions(lake: LakeResource | None = None, spark: SparkResource | None = None,
+                      launcher: JobLauncher | None = None) -> dg.Definitions:
+    lake = lake or LakeResource.from_env()
+    cfg = lake.config
+    jobs = build_jobs(cfg)
+    by_name = {j.name: j for j in jobs}
+    return dg.Definitions(
+        assets=[*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg)],
+        asset_checks=[*build_feature_checks(), teacher_model_metrics, *build_export_checks()],
+        jobs=jobs,
+        schedules=build_schedules(by_name),
+        sensors=build_sensors(by_name, cfg),
+        resources={"lake": lake, "spark": spark or SparkResource(), "launcher": launcher or LocalTorchrunLauncher()},
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

@@ -1,0 +1,71 @@
+"""Shared pieces of the table assets: asset keys, materialisation metadata, contract checks.
+
+An asset's key is its table's SQL name split in two (`gold.training_examples` ->
+["gold", "training_examples"]), so the Dagster UI, the lake path and SQL all use one name.
+"""
+
+from datetime import date
+
+import dagster as dg
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.spark import SparkResource
+from gem_model.config import GemConfig
+from jobs.lake import read_table, table_version
+from jobs.table_contract import CONTRACT, schema_violations
+
+
+def key(table: str) -> dg.AssetKey:
+    return dg.AssetKey(table.split("."))
+
+
+def daily_partitions(cfg: GemConfig) -> dg.DailyPartitionsDefinition:
+    """One partition per day of the configured world (end exclusive)."""
+    end = date.fromordinal(cfg.world.days[-1].toordinal() + 1)
+    return dg.DailyPartitionsDefinition(start_date=cfg.world.start_date.isoformat(), end_date=end.isoformat())
+
+
+def partition_date(context: dg.AssetExecutionContext) -> date:
+    return date.fromisoformat(context.partition_key)
+
+
+def table_metadata(spark: SparkSession, lake: LakeResource, table: str, rows: int) -> dict[str, object]:
+    path = lake.paths.table(table)
+    df = read_table(spark, path)
+    return {
+        "dagster/row_count": rows,
+        "table_rows_total": df.count(),
+        "path": dg.MetadataValue.path(str(path)),
+        "delta_version": table_version(spark, path),
+        "dagster/column_schema": dg.TableSchema(
+            columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+        ),
+    }
+
+
+def contract_check(table: str, blocking: bool = True) -> dg.AssetChecksDefinition:
+    """Schema matches the contract, the table is non-empty and its key columns have no nulls."""
+
+    @dg.asset_check(asset=key(table), name="contract", blocking=blocking,
+                    description=f"{table}: contract schema, non-empty, no null keys")
+    def _check(spark: SparkResource, lake: LakeResource) -> dg.AssetCheckResult:
+        session = spark.session()
+        df = read_table(session, lake.paths.table(table))
+        problems = schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields})
+        keys = CONTRACT[table].keys
+        counts = df.agg(F.count(F.lit(1)).alias("rows"),
+                        *[F.sum(F.col(k).isNull().cast("long")).alias(k) for k in keys]).first()
+        rows = int(counts["rows"])
+        nulls = {k: int(counts[k] or 0) for k in keys}
+        if rows == 0:
+            problems.append("table is empty")
+        problems += [f"{n} null values in key column {k}" for k, n in nulls.items() if n]
+        return dg.AssetCheckResult(
+            passed=not problems,
+            description="; ".join(problems) or "ok",
+            metadata={"rows": rows, **{f"null_{k}": n for k, n in nulls.items()}},
+        )
+
+    return _check

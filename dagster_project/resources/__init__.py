@@ -1,0 +1,1 @@
+"""Dagster resources: the lake (paths + config), Spark, and training/scoring launchers."""

@@ -1,0 +1,18 @@
+"""SparkResource: a Delta-enabled Spark session, local by default (see jobs/spark_session.py)."""
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from jobs.spark_session import SparkSettings, build_spark_session
+
+
+class SparkResource(dg.ConfigurableResource):
+    """`master` overrides GEM_SPARK_MASTER; jars and extra conf come from the environment."""
+
+    master: str | None = None
+
+    def session(self) -> SparkSession:
+        settings = SparkSettings.from_env()
+        if self.master:
+            settings = SparkSettings(self.master, settings.jars_dir, settings.jars_packages, settings.extra_conf)
+        return build_spark_session(settings)

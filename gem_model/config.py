@@ -1,0 +1,254 @@
+"""The one typed configuration of the pipeline.
+
+Spark jobs, the training data loader, the model, the exporters and the Dagster definitions all
+read the same frozen `GemConfig`: the synthetic world (`WorldConfig`), the sparse feature
+specification that maps raw columns to embedding rows (`FeatureSpec`), the model, training and
+index settings. Named presets (`tiny` for tests, `small` for the demo) are the only entry
+points; overrides go through `GemConfig.from_dict`, where an unknown key is an error. The
+resolved config is saved with every model so an artefact always says how it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any, Literal
+
+SURFACES: tuple[str, ...] = ("feed", "stories", "reels", "messaging", "offsite")
+TASKS: tuple[str, ...] = ("ctr", "cvr")
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Size and seed of the synthetic ads world; its truth (click/convert probabilities) is known."""
+
+    seed: int = 7
+    start_date: date = date(2026, 11, 1)
+    n_days: int = 6
+    holdout_days: int = 1
+    n_users: int = 400
+    n_ads: int = 120
+    n_categories: int = 12
+    n_advertisers: int = 30
+    impressions_per_day: int = 3000
+    events_per_day: int = 4000
+    surfaces: tuple[str, ...] = SURFACES
+
+    def __post_init__(self) -> None:
+        if self.holdout_days >= self.n_days:
+            raise ValueError(
+                f"world.holdout_days={self.holdout_days} must be below world.n_days={self.n_days}: "
+                "training needs at least one day before the holdout"
+            )
+        if self.n_ads < self.n_categories:
+            raise ValueError(f"world.n_ads={self.n_ads} must be >= world.n_categories={self.n_categories}")
+
+    @property
+    def days(self) -> list[date]:
+        return [self.start_date + timedelta(days=i) for i in range(self.n_days)]
+
+    @property
+    def holdout_start(self) -> date:
+        """First day of the time-based holdout; training uses only days before it."""
+        return self.start_date + timedelta(days=self.n_days - self.holdout_days)
+
+
+@dataclass(frozen=True)
+class SparseFeature:
+    """One categorical feature: raw column `source`, hashed into `buckets` embedding rows.
+
+    The row of value v is pmod(xxhash64(v), buckets), computed by Spark into column `<name>_idx`
+    (`gem_model.data.feature_columns`), so the loader and the model never re-implement hashing.
+    """
+
+    name: str
+    buckets: int
+    side: Literal["user", "ad", "context"]
+
+    @property
+    def idx_column(self) -> str:
+        return f"{self.name}_idx"
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Sparse features and the behaviour sequence, shared by Spark, the loader and the model."""
+
+    features: tuple[SparseFeature, ...] = (
+        SparseFeature("user_id", 4096, "user"),
+        SparseFeature("age_bucket", 16, "user"),
+        SparseFeature("country", 64, "user"),
+        SparseFeature("device", 16, "user"),
+        SparseFeature("ad_id", 2048, "ad"),
+        SparseFeature("advertiser_id", 512, "ad"),
+        SparseFeature("category", 64, "ad"),
+        SparseFeature("ad_format", 16, "ad"),
+        SparseFeature("objective", 16, "ad"),
+        SparseFeature("surface", 16, "context"),
+    )
+    # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
+    sequence_feature: str = "seq_item_ids"
+    sequence_table: str = "ad_id"
+    max_seq_len: int = 50
+    lookback_days: int = 14
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError(f"features: duplicate feature names in {names}")
+        if self.sequence_table not in names:
+            raise ValueError(f"features.sequence_table={self.sequence_table!r} is not one of {names}")
+
+    def by_name(self, name: str) -> SparseFeature:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise KeyError(f"unknown sparse feature {name!r}; known: {[f.name for f in self.features]}")
+
+    def side(self, side: str) -> tuple[SparseFeature, ...]:
+        return tuple(f for f in self.features if f.side == side)
+
+    @property
+    def sequence_idx_column(self) -> str:
+        return "seq_item_idx"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """First multi-task model: two towers (user, ad) plus an interaction MLP; see gem_model.models."""
+
+    embedding_dim: int = 16
+    tower_dims: tuple[int, ...] = (64,)
+    repr_dim: int = 32
+    over_dims: tuple[int, ...] = (64, 32)
+    tasks: tuple[str, ...] = TASKS
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    nproc: int = 2
+    batch_size: int = 256
+    epochs: int = 3
+    dense_lr: float = 3e-3
+    sparse_lr: float = 0.05
+    retrieval_weight: float = 0.2
+    temperature: float = 0.1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """FAISS settings; `factory` is a FAISS index_factory string over inner-product vectors."""
+
+    factory: str = "HNSW32,Flat"
+    recall_k: int = 10
+    recall_queries: int = 200
+    hnsw_ef_search: int = 64
+    min_recall: float = 0.9
+
+
+@dataclass(frozen=True)
+class GemConfig:
+    preset: str = "tiny"
+    world: WorldConfig = field(default_factory=WorldConfig)
+    features: FeatureSpec = field(default_factory=FeatureSpec)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+
+    @staticmethod
+    def from_preset(name: str) -> GemConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return PRESETS[name]
+
+    @staticmethod
+    def from_env() -> GemConfig:
+        """The preset named by GEM_PRESET (default `tiny`), optionally overridden by GEM_CONFIG (JSON file)."""
+        cfg = GemConfig.from_preset(os.environ.get("GEM_PRESET", "tiny"))
+        override = os.environ.get("GEM_CONFIG")
+        if override:
+            with open(override) as fh:
+                cfg = GemConfig.from_dict(json.load(fh), base=cfg)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_jsonable(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any], base: GemConfig | None = None) -> GemConfig:
+        """Build a config from (possibly partial) nested dicts over `base`; unknown keys raise."""
+        return _merge(base or GemConfig(), data, "config")
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:10]
+
+
+def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def _merge(obj: Any, data: Any, where: str) -> Any:
+    if not dataclasses.is_dataclass(obj):
+        return _coerce(obj, data, where)
+    if not isinstance(data, dict):
+        raise TypeError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+    changes = {k: _merge(getattr(obj, k), v, f"{where}.{k}") for k, v in data.items()}
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(current: Any, value: Any, where: str) -> Any:
+    if isinstance(current, date):
+        return date.fromisoformat(value) if isinstance(value, str) else value
+    if isinstance(current, tuple):
+        if current and dataclasses.is_dataclass(current[0]):
+            kind = type(current[0])
+            return tuple(v if isinstance(v, kind) else kind(**v) for v in value)
+        return tuple(value)
+    if isinstance(current, bool) or not isinstance(current, (int, float)):
+        return value
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{where}: expected a number, got {value!r}")
+    return type(current)(value)
+
+
+PRESETS: dict[str, GemConfig] = {
+    "tiny": GemConfig(),
+    "small": GemConfig(
+        preset="small",
+        world=WorldConfig(
+            n_days=8,
+            n_users=5000,
+            n_ads=1000,
+            n_categories=24,
+            n_advertisers=200,
+            impressions_per_day=25_000,
+            events_per_day=40_000,
+        ),
+        features=FeatureSpec(
+            features=tuple(
+                dataclasses.replace(f, buckets=b)
+                for f, b in zip(FeatureSpec().features, (16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16))
+            )
+        ),
+        train=TrainConfig(epochs=2, batch_size=512),
+    ),
+}

@@ -1,0 +1,180 @@
+"""Stream Delta feature tables into TorchRec KeyedJaggedTensors, one shard per rank.
+
+Each rank opens the Delta table itself at a pinned version (delta-rs, no Spark driver in the
+path), scans it in Arrow record batches with the needed columns and a `ds` filter, keeps the
+rows whose global position is congruent to its rank, and emits fixed-size batches. Every rank
+yields exactly `len(stream)` batches; the last ones are padded with `valid = False` rows so
+that collective ops in a sharded model stay in lockstep. Memory is bounded by the shuffle buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import torch
+from deltalake import DeltaTable
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from gem_model.config import FeatureSpec
+
+KEY_COLUMNS = ("impression_id", "user_id", "ad_id", "surface", "ds")
+LABEL_COLUMNS = ("clicked", "converted")
+TRUTH_COLUMNS = ("p_click", "p_convert")
+
+
+def open_delta(path: Path, version: int | None = None) -> pads.Dataset:
+    """An Arrow dataset over the Delta table at `path`, at `version` (latest when None)."""
+    if not (Path(path) / "_delta_log").is_dir():
+        raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
+    return DeltaTable(str(path), version=version).to_pyarrow_dataset()
+
+
+def ds_filter(start: date | None, end: date | None) -> pc.Expression | None:
+    """Rows with start <= ds < end (either bound optional)."""
+    expr = None
+    for bound, op in ((start, "ge"), (end, "lt")):
+        if bound is not None:
+            term = getattr(pc.field("ds"), f"__{op}__")(pa.scalar(bound, pa.date32()))
+            expr = term if expr is None else expr & term
+    return expr
+
+
+def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
+    """KJT over every sparse feature plus the sequence; features absent from `table` are empty.
+
+    Single-valued features come from `<name>_idx` columns (one id per row); the sequence from the
+    `seq_item_idx` list column (jagged). Empty features let one model embed users or ads alone.
+    """
+    n = table.num_rows
+    keys, values, lengths = [], [], []
+    for feature in spec.features:
+        keys.append(feature.name)
+        if feature.idx_column in table.column_names:
+            col = table.column(feature.idx_column).combine_chunks()
+            if col.null_count:
+                raise ValueError(f"column {feature.idx_column} has {col.null_count} nulls; fix the feature table")
+            values.append(col.to_numpy())
+            lengths.append(np.ones(n, dtype=np.int64))
+        else:
+            lengths.append(np.zeros(n, dtype=np.int64))
+    keys.append(spec.sequence_feature)
+    if spec.sequence_idx_column in table.column_names:
+        seq = table.column(spec.sequence_idx_column).combine_chunks()
+        seq = pc.fill_null(seq, pa.scalar([], seq.type))
+        offsets = seq.offsets.to_numpy()
+        values.append(seq.values.to_numpy()[offsets[0]:offsets[-1]] if len(seq) else np.zeros(0, np.int64))
+        lengths.append(np.diff(offsets).astype(np.int64))
+    else:
+        lengths.append(np.zeros(n, dtype=np.int64))
+    flat = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.from_numpy(flat), lengths=torch.from_numpy(np.concatenate(lengths))
+    )
+
+
+@dataclass
+class Batch:
+    features: KeyedJaggedTensor
+    clicked: torch.Tensor  # [B] float
+    converted: torch.Tensor  # [B] float
+    valid: torch.Tensor  # [B] bool; False on padding rows
+    table: pa.Table  # the rows themselves (keys, truth), padding included
+
+
+class ExampleStream:
+    """Fixed-size batches of `gold.training_examples` rows for one rank."""
+
+    def __init__(self, path: Path, spec: FeatureSpec, batch_size: int, rank: int = 0, world_size: int = 1,
+                 version: int | None = None, start: date | None = None, end: date | None = None,
+                 shuffle_buffer: int = 0, seed: int = 0) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+        self.spec, self.batch_size, self.rank, self.world_size = spec, batch_size, rank, world_size
+        self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
+        self.dataset = open_delta(path, version)
+        self.filter = ds_filter(start, end)
+        wanted = [f.idx_column for f in spec.features] + [spec.sequence_idx_column, *LABEL_COLUMNS, *KEY_COLUMNS]
+        names = set(self.dataset.schema.names)
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise ValueError(f"{path} lacks columns {missing}; rebuild it with the current FeatureSpec")
+        self.columns = wanted + [c for c in TRUTH_COLUMNS if c in names]
+        self.total_rows = self.dataset.count_rows(filter=self.filter)
+        if self.total_rows == 0:
+            raise ValueError(f"no rows in {path} for ds in [{start}, {end}); check the partitions exist")
+
+    def __len__(self) -> int:
+        return math.ceil(math.ceil(self.total_rows / self.world_size) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _rank_rows(self) -> Iterator[pa.Table]:
+        offset = 0
+        for record_batch in self.dataset.to_batches(columns=self.columns, filter=self.filter):
+            n = record_batch.num_rows
+            first = (self.rank - offset) % self.world_size
+            if first < n:
+                yield pa.Table.from_batches([record_batch]).take(np.arange(first, n, self.world_size))
+            offset += n
+
+    def _shuffled(self) -> Iterator[pa.Table]:
+        if self.shuffle_buffer <= 0:
+            yield from self._rank_rows()
+            return
+        rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+        buffer: list[pa.Table] = []
+        size = 0
+        for part in self._rank_rows():
+            buffer.append(part)
+            size += part.num_rows
+            if size >= self.shuffle_buffer:
+                merged = pa.concat_tables(buffer)
+                yield merged.take(rng.permutation(merged.num_rows))
+                buffer, size = [], 0
+        if buffer:
+            merged = pa.concat_tables(buffer)
+            yield merged.take(rng.permutation(merged.num_rows))
+
+    def __iter__(self) -> Iterator[Batch]:
+        pending: list[pa.Table] = []
+        size, emitted = 0, 0
+        for part in self._shuffled():
+            pending.append(part)
+            size += part.num_rows
+            while size >= self.batch_size:
+                merged = pa.concat_tables(pending)
+                yield self._batch(merged.slice(0, self.batch_size), self.batch_size)
+                emitted += 1
+                pending, size = [merged.slice(self.batch_size)], size - self.batch_size
+        rest = pa.concat_tables(pending) if pending else None
+        while emitted < len(self):
+            yield self._padded(rest)
+            emitted, rest = emitted + 1, None
+
+    def _padded(self, rest: pa.Table | None) -> Batch:
+        if rest is None or rest.num_rows == 0:
+            # A rank with no rows left still steps: one copied row, all masked out.
+            template = self.dataset.head(1, columns=self.columns, filter=self.filter)
+            return self._batch(template.take(np.zeros(self.batch_size, dtype=np.int64)), 0)
+        pad = np.concatenate([np.arange(rest.num_rows), np.zeros(self.batch_size - rest.num_rows, np.int64)])
+        return self._batch(rest.take(pad), rest.num_rows)
+
+    def _batch(self, table: pa.Table, n_valid: int) -> Batch:
+        valid = torch.zeros(table.num_rows, dtype=torch.bool)
+        valid[:n_valid] = True
+        return Batch(
+            features=features_to_kjt(table, self.spec),
+            clicked=torch.from_numpy(table.column("clicked").to_numpy(zero_copy_only=False).astype(np.float32)),
+            converted=torch.from_numpy(table.column("converted").to_numpy(zero_copy_only=False).astype(np.float32)),
+            valid=valid,
+            table=table,
+        )

@@ -1,0 +1,55 @@
+"""Load a trained model version from `$GEM_HOME/models/<version>` into one unsharded GemModel.
+
+Training saves the sharded state with torch.distributed.checkpoint; DCP reshards on load, so a
+single process (or any other world size) can read it back into plain tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from gem_model.config import GemConfig
+from gem_model.models.gem import GemModel
+
+# Keys in the checkpoint: "model." + GemTrain's state dict, whose GemModel lives under "model.".
+_PREFIX = "model."
+
+
+@dataclass
+class LoadedModel:
+    model: GemModel
+    config: GemConfig
+    manifest: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest["model_version"])
+
+
+def read_manifest(model_dir: Path) -> dict[str, Any]:
+    manifest_path = model_dir / "manifest.json"
+    if not manifest_path.is_file():
+        known = sorted(p.name for p in model_dir.parent.glob("*") if (p / "manifest.json").is_file())
+        raise FileNotFoundError(
+            f"model version {model_dir.name!r} not found under {model_dir.parent} "
+            f"(no manifest.json); known versions: {known or 'none — materialise teacher_model first'}"
+        )
+    return json.loads(manifest_path.read_text())
+
+
+def load_model(model_dir: Path) -> LoadedModel:
+    manifest = read_manifest(model_dir)
+    config = GemConfig.from_dict(manifest["config"])
+    model = GemModel(config.features, config.model)
+    state = {f"{_PREFIX}{k}": v for k, v in model.state_dict().items()}
+    dcp.load({"model": state}, checkpoint_id=str(model_dir / "checkpoint"))
+    model.load_state_dict({k.removeprefix(_PREFIX): v for k, v in state.items()})
+    model.eval()
+    torch.set_grad_enabled(False)
+    return LoadedModel(model, config, manifest)

@@ -1,0 +1,54 @@
+"""Where every output lives: the `$GEM_HOME` contract (docs/tables.md).
+
+One root (default `./lakehouse`, or `$GEM_HOME`) holds Delta tables under `lake/<layer>/<table>`,
+models under `models/<model_version>`, FAISS indexes under `indexes/<name>/<model_version>`,
+scratch space for jobs under `staging/` and, unless `DAGSTER_HOME` is set, Dagster's instance.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
+
+
+@dataclass(frozen=True)
+class GemPaths:
+    home: Path
+
+    @staticmethod
+    def from_env() -> GemPaths:
+        return GemPaths(Path(os.environ.get("GEM_HOME", "lakehouse")).resolve())
+
+    @property
+    def lake(self) -> Path:
+        return self.home / "lake"
+
+    def table(self, qualified_name: str) -> Path:
+        """Path of a Delta table given as `<layer>.<table>`, e.g. `gold.user_embeddings`."""
+        layer, _, name = qualified_name.partition(".")
+        if layer not in LAYERS or not name:
+            raise ValueError(
+                f"table name {qualified_name!r} must be '<layer>.<table>' with layer in {LAYERS}"
+            )
+        return self.lake / layer / name
+
+    def model_dir(self, model_version: str) -> Path:
+        return self.home / "models" / model_version
+
+    @property
+    def models(self) -> Path:
+        return self.home / "models"
+
+    def index_dir(self, name: str, model_version: str) -> Path:
+        return self.home / "indexes" / name / model_version
+
+    @property
+    def staging(self) -> Path:
+        return self.home / "staging"
+
+    @property
+    def dagster_home(self) -> Path:
+        return Path(os.environ.get("DAGSTER_HOME", self.home / "dagster")).resolve()
