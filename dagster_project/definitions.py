@@ -12,8 +12,8 @@ from dagster_project.defs.export.assets import build_export_assets, build_export
 from dagster_project.defs.features.assets import build_feature_assets
 from dagster_project.defs.features.checks import build_feature_checks
 from dagster_project.defs.training.assets import teacher_model, teacher_model_metrics
-from dagster_project.resources.launchers import JobLauncher, LocalTorchrunLauncher
 from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.launchers import JobLauncher, LocalTorchrunLauncher
 from dagster_project.resources.spark import SparkResource
 
 

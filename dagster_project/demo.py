@@ -31,7 +31,7 @@ def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
     cfg = lake.config
 
     def run(job: str, partition: str | None = None) -> None:
-        result = defs.get_job_def(job).execute_in_process(instance=instance, partition_key=partition)
+        result = defs.resolve_job_def(job).execute_in_process(instance=instance, partition_key=partition)
         if not result.success:
             raise RuntimeError(f"{job} failed for partition {partition}")
         print(f"ok  {job}{f' [{partition}]' if partition else ''}", flush=True)

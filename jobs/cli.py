@@ -79,7 +79,8 @@ def neighbors(user_id: int, k: int, model_version: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="gem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="gem", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
     sql = sub.add_parser("sql", help="run Spark SQL over the lake")

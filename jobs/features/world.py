@@ -3,7 +3,8 @@
 Every random draw is a hash of (seed, purpose, day, row id), never `rand()`, so the output is the
 same whatever the partitioning or cluster size, and each day is generated independently in
 parallel. The truth is kept: latent attributes are columns named `true_*` (never features), and
-impressions carry the click and conversion probabilities they were drawn from (`p_click`, `p_convert`), so oracle metrics can be computed for any window.
+impressions carry the click and conversion probabilities they were drawn from (`p_click`,
+`p_convert`), so oracle metrics can be computed for any window.
 
 Users have one latent interest category; ads belong to a category (`(ad_id - 1) % n_categories`).
 Behaviour events mostly hit ads of the user's interest, and clicks are likelier when the ad's

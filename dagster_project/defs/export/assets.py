@@ -14,10 +14,16 @@ import dagster as dg
 import numpy as np
 import pyarrow.compute as pc
 
-from dagster_project.defs.lake_tables import contract_check, daily_partitions, key, partition_date, table_metadata
+from dagster_project.defs.lake_tables import (
+    contract_check,
+    daily_partitions,
+    key,
+    partition_date,
+    table_metadata,
+)
 from dagster_project.defs.training.assets import TEACHER_MODEL
-from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
 from gem_model.data.loader import open_delta

@@ -11,8 +11,8 @@ import math
 import dagster as dg
 
 from dagster_project.defs.lake_tables import key
-from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
 from gem_model.export.checkpoint import read_manifest
 from jobs.lake import table_version

@@ -1,0 +1,37 @@
+# GEM Pipeline. Two commands for a newcomer: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export GEM_HOME ?= $(CURDIR)/lakehouse
+
+.PHONY: demo test ui lint lock clean
+
+# The environment: exact pins from requirements.lock, installed --no-deps (torchrec would otherwise
+# pull the CUDA fbgemm-gpu and an old torchmetrics), then the project, then Delta's jars.
+$(VENV)/.installed: pyproject.toml requirements.lock jobs/delta-jars.pom.xml jobs/install_delta_jars.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==26.3
+	$(BIN)/pip install --quiet --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python jobs/install_delta_jars.py $(VENV)/jars
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/gem demo
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+ui: $(VENV)/.installed
+	mkdir -p $(GEM_HOME)/dagster
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(GEM_HOME)/dagster} $(BIN)/dagster dev -w workspace.yaml
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+
+# Regenerate requirements.lock after changing a pin in pyproject.toml.
+lock: $(VENV)/.installed
+	$(BIN)/pip freeze --all --exclude-editable | grep -v "^pip==" > requirements.lock
+
+clean:
+	rm -rf $(VENV) lakehouse

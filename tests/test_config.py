@@ -1,0 +1,37 @@
+import json
+from datetime import date
+
+import pytest
+
+from gem_model.config import GemConfig, WorldConfig
+
+
+def test_presets_round_trip_through_json():
+    for name in ("tiny", "small"):
+        cfg = GemConfig.from_preset(name)
+        assert GemConfig.from_dict(json.loads(cfg.to_json())) == cfg
+
+
+def test_partial_override_keeps_other_fields():
+    cfg = GemConfig.from_dict({"world": {"n_days": 4, "start_date": "2026-01-01"}, "train": {"epochs": 1}})
+    assert cfg.world.n_days == 4 and cfg.world.start_date == date(2026, 1, 1)
+    assert cfg.train.epochs == 1 and cfg.train.batch_size == GemConfig().train.batch_size
+    assert cfg.fingerprint != GemConfig().fingerprint
+
+
+def test_unknown_key_names_the_path_and_valid_keys():
+    with pytest.raises(ValueError, match=r"config.world: unknown key\(s\) \['n_dayz'\]"):
+        GemConfig.from_dict({"world": {"n_dayz": 3}})
+
+
+def test_unknown_preset_and_bad_holdout():
+    with pytest.raises(ValueError, match="unknown preset"):
+        GemConfig.from_preset("huge")
+    with pytest.raises(ValueError, match="holdout_days"):
+        WorldConfig(n_days=2, holdout_days=2)
+
+
+def test_holdout_start_is_first_holdout_day():
+    world = WorldConfig(start_date=date(2026, 11, 1), n_days=6, holdout_days=2)
+    assert world.holdout_start == date(2026, 11, 5)
+    assert world.days[-1] == date(2026, 11, 6)

@@ -1,0 +1,20 @@
+import dagster as dg
+
+from dagster_project.definitions import build_definitions
+from dagster_project.resources.lake import LakeResource
+
+
+def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
+    defs = build_definitions(lake=LakeResource(home=str(tmp_path)))
+    repo = defs.get_repository_def()
+    assert {"build_dimensions_job", "build_features_job", "train_teacher_job", "export_job"} <= {
+        j.name for j in repo.get_all_jobs()}
+    assert [s.name for s in repo.schedule_defs] == ["build_features_job_schedule"]
+    assert [s.name for s in repo.sensor_defs] == ["teacher_model_sensor"]
+    graph = repo.asset_graph
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert {"bronze/impressions", "gold/training_examples", "teacher_model", "gold/teacher_logits",
+            "indexes/ads"} <= keys
+    daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
+    assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
+    assert len(list(graph.asset_check_keys)) >= 12

@@ -1,0 +1,72 @@
+"""Spark transforms: point-in-time sequences, hashing, and idempotent partition writes."""
+
+from datetime import date, datetime
+
+import pytest
+from pyspark.sql import Row
+
+from gem_model.config import FeatureSpec
+from jobs.features import tables
+from jobs.lake import read_table, replace_partition
+
+pytestmark = pytest.mark.spark
+DS = date(2026, 11, 3)
+
+
+def _events(spark):
+    rows = [  # user 1: two events before the impression, one at its timestamp, one after
+        Row(user_id=1, item_id=11, action="view", surface="feed", ts=datetime(2026, 11, 2, 8), ds=date(2026, 11, 2)),
+        Row(user_id=1, item_id=12, action="view", surface="feed", ts=datetime(2026, 11, 3, 9), ds=DS),
+        Row(user_id=1, item_id=13, action="click", surface="reels", ts=datetime(2026, 11, 3, 10), ds=DS),
+        Row(user_id=1, item_id=14, action="view", surface="feed", ts=datetime(2026, 11, 3, 11), ds=DS),
+        Row(user_id=2, item_id=21, action="view", surface="feed", ts=datetime(2026, 10, 1, 11), ds=date(2026, 10, 1)),
+    ]
+    return spark.createDataFrame(rows)
+
+
+def _impressions(spark):
+    base = dict(ds=DS, surface="feed", position=1, clicked=True, converted=False, p_click=0.2, p_convert=0.01)
+    return spark.createDataFrame([
+        Row(impression_id="a", ts=datetime(2026, 11, 3, 10), user_id=1, ad_id=5, **base),
+        Row(impression_id="b", ts=datetime(2026, 11, 3, 12), user_id=2, ad_id=5, **base),
+    ])
+
+
+def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
+    spec = FeatureSpec(lookback_days=14)
+    users = tables.silver_users(spark.createDataFrame([Row(user_id=1, age_bucket="18-24", country="US", device="ios",
+                                                           true_interest=3),
+                                                       Row(user_id=2, age_bucket="65+", country="BR", device="web",
+                                                           true_interest=1)]), spec)
+    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
+                                                       objective="conversion", true_quality=0.3)]), spec)
+    out = {r["impression_id"]: r for r in
+           tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
+    assert out["a"]["seq_item_ids"] == [12, 11]  # 13 is at the impression's ts, 14 after it
+    assert out["a"]["seq_ts"] == [datetime(2026, 11, 3, 9), datetime(2026, 11, 2, 8)]
+    assert out["b"]["seq_item_ids"] == []  # user 2's only event is outside the lookback window
+    assert "true_interest" not in out["a"] and "true_quality" not in out["a"]
+    assert all(0 <= i < spec.by_name("ad_id").buckets for i in out["a"]["seq_item_idx"])
+
+
+def test_sequence_truncated_to_max_len(spark):
+    spec = FeatureSpec(max_seq_len=2)
+    seqs = {r["user_id"]: r for r in tables.user_sequences(_events(spark), spec, DS).collect()}
+    assert seqs[1]["seq_item_ids"] == [14, 13]
+
+
+def test_hashing_is_stable_and_in_range(spark):
+    df = spark.createDataFrame([Row(v="US"), Row(v="US"), Row(v="BR")])
+    idx = [r[0] for r in df.select(tables.hashed(df.v, 64)).collect()]
+    assert idx[0] == idx[1] and all(0 <= i < 64 for i in idx)
+
+
+def test_replacing_a_partition_twice_never_duplicates(spark, tmp_path):
+    path = tmp_path / "gold" / "events"
+    events = _events(spark)
+    for _ in range(2):
+        for day in (date(2026, 11, 2), DS):
+            replace_partition(events.where(events.ds == day), path, {"ds": day})
+    assert read_table(spark, path).count() == 4
+    with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|DELTA_REPLACE_WHERE"):
+        replace_partition(events, path, {"ds": DS})  # rows of other days are refused

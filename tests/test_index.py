@@ -1,0 +1,42 @@
+import numpy as np
+import pytest
+
+from gem_model.config import IndexConfig
+from gem_model.export.index import build_index, publish_index, read_index, recall_at_k
+
+
+def _unit(rng, n, d):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_flat_index_returns_table_ids_and_exact_top_k():
+    rng = np.random.default_rng(0)
+    vectors, ids = _unit(rng, 300, 16), np.arange(1000, 1300, dtype=np.int64)
+    queries = _unit(rng, 20, 16)
+    index = build_index(vectors, ids, IndexConfig(factory="Flat"))
+    _, found = index.search(queries, 5)
+    expected = ids[np.argsort(-(queries @ vectors.T), axis=1)[:, :5]]
+    assert (found == expected).all()
+    assert recall_at_k(index, vectors, ids, queries, 10) == 1.0
+
+
+def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
+    rng = np.random.default_rng(1)
+    vectors, ids, queries = _unit(rng, 500, 8), np.arange(500, dtype=np.int64), _unit(rng, 50, 8)
+    directory = tmp_path / "indexes" / "ads" / "v1"
+    from datetime import date
+
+    for _ in range(2):  # publishing twice leaves one complete index
+        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(), "v1", date(2026, 11, 6),
+                                 "gold.ad_embeddings")
+    index, read_back = read_index(directory)
+    assert index.ntotal == 500 == read_back["row_count"] == manifest["row_count"]
+    assert read_back["dimension"] == 8 and read_back["metric"] == "inner_product"
+    assert read_back["recall_at_10"] >= 0.9
+    assert sorted(p.name for p in directory.parent.iterdir()) == ["v1"]
+
+
+def test_duplicate_ids_are_rejected():
+    with pytest.raises(ValueError, match="unique"):
+        build_index(np.zeros((2, 4), np.float32), np.array([1, 1]), IndexConfig(factory="Flat"))
