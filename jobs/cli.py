@@ -38,6 +38,23 @@ def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
         print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
+def strip_comments(sql: str) -> str:
+    """Drop `--` line comments (outside quotes), so a `;` in a comment does not split statements."""
+    lines = []
+    for line in sql.splitlines():
+        quoted, cut = None, len(line)
+        for i, ch in enumerate(line):
+            if quoted:
+                quoted = None if ch == quoted else quoted
+            elif ch in "'\"`":
+                quoted = ch
+            elif line.startswith("--", i):
+                cut = i
+                break
+        lines.append(line[:cut])
+    return "\n".join(lines)
+
+
 def run_sql(query: str, fmt: str, limit: int | None) -> None:
     from jobs.lake import register_tables
     from jobs.spark_session import build_spark_session
@@ -45,7 +62,7 @@ def run_sql(query: str, fmt: str, limit: int | None) -> None:
     spark = build_spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     register_tables(spark, GemPaths.from_env())
-    statements = [s.strip() for s in query.split(";") if s.strip()]
+    statements = [s.strip() for s in strip_comments(query).split(";") if s.strip()]
     if not statements:
         raise SystemExit("gem sql: the query is empty")
     for statement in statements:

@@ -18,3 +18,10 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
     assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
     assert len(list(graph.asset_check_keys)) >= 12
+
+
+def test_sql_comments_do_not_split_statements():
+    from jobs.cli import strip_comments
+
+    sql = "-- a; b\nSELECT '--; kept' AS x -- trailing; comment\nFROM t"
+    assert strip_comments(sql) == "\nSELECT '--; kept' AS x \nFROM t"
