@@ -5,7 +5,6 @@ then the export of the holdout days. Runs go to the Dagster instance under $GEM_
 (or $DAGSTER_HOME), so they are visible afterwards in the UI (`make ui`).
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import dagster as dg
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
+from gem_model.export.checkpoint import read_manifest
 from gem_model.export.index import read_index
 
 
@@ -57,7 +57,7 @@ def summary(lake: LakeResource) -> str:
         rows = spark.read.format("delta").load(str(path)).agg(F.count(F.lit(1))).first()[0]
         lines.append(f"  {name:<28} {rows:>10,} rows")
     version = lake.latest_model_version()
-    manifest = json.loads((lake.paths.model_dir(version) / "manifest.json").read_text())
+    manifest = read_manifest(lake.paths.model_dir(version))
     m = manifest["metrics"]
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]
     for task in lake.config.model.tasks:

@@ -167,14 +167,18 @@ class GemConfig:
         return PRESETS[name]
 
     @staticmethod
-    def from_env() -> GemConfig:
-        """The preset named by GEM_PRESET (default `tiny`), optionally overridden by GEM_CONFIG (JSON file)."""
-        cfg = GemConfig.from_preset(os.environ.get("GEM_PRESET", "tiny"))
-        override = os.environ.get("GEM_CONFIG")
-        if override:
-            with open(override) as fh:
+    def load(preset: str, overrides_path: str | None = None) -> GemConfig:
+        """A preset, optionally overridden by a JSON file of (partial) nested settings."""
+        cfg = GemConfig.from_preset(preset)
+        if overrides_path:
+            with open(overrides_path) as fh:
                 cfg = GemConfig.from_dict(json.load(fh), base=cfg)
         return cfg
+
+    @staticmethod
+    def from_env() -> GemConfig:
+        """The preset named by GEM_PRESET (default `tiny`), optionally overridden by GEM_CONFIG (JSON file)."""
+        return GemConfig.load(os.environ.get("GEM_PRESET", "tiny"), os.environ.get("GEM_CONFIG") or None)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_jsonable(dataclasses.asdict(self))

@@ -42,6 +42,22 @@ class GemPaths:
     def models(self) -> Path:
         return self.home / "models"
 
+    def latest_model_version(self) -> str:
+        """The newest trained model version, named by `models/LATEST`."""
+        pointer = self.models / "LATEST"
+        if not pointer.is_file():
+            raise FileNotFoundError(
+                f"no trained model under {self.models}; materialise teacher_model first, "
+                "or name a model version explicitly"
+            )
+        return pointer.read_text().strip()
+
+    def set_latest_model_version(self, version: str) -> None:
+        pointer = self.models / "LATEST"
+        tmp = pointer.with_suffix(".tmp")
+        tmp.write_text(version + "\n")
+        tmp.replace(pointer)  # atomic: readers see the old or the new name
+
     def index_dir(self, name: str, model_version: str) -> Path:
         return self.home / "indexes" / name / model_version
 

@@ -73,25 +73,24 @@ def run_sql(query: str, fmt: str, limit: int | None) -> None:
 
 
 def neighbors(user_id: int, k: int, model_version: str | None) -> None:
-    import numpy as np
-    import pyarrow.compute as pc
+    from datetime import date
 
-    from gem_model.data.loader import open_delta
+    import numpy as np
+
     from gem_model.export.index import read_index
+    from gem_model.export.scoring import read_embeddings
 
     paths = GemPaths.from_env()
-    version = model_version or (paths.models / "LATEST").read_text().strip()
+    version = model_version or paths.latest_model_version()
     index, manifest = read_index(paths.index_dir("ads", version))
-    users = open_delta(paths.table("gold.user_embeddings")).to_table(
-        filter=(pc.field("model_version") == version) & (pc.field("ds") == pc.scalar(manifest["ds"]).cast("date32"))
-    )
-    match = users.filter(pc.equal(users["user_id"], user_id))
-    if match.num_rows == 0:
-        raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {manifest['ds']}")
-    query = np.asarray(match.column("embedding")[0].as_py(), dtype=np.float32)[None, :]
-    scores, ids = index.search(query, k)
+    ds = date.fromisoformat(manifest["ds"])
+    ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, ds)
+    match = np.flatnonzero(ids == user_id)
+    if len(match) == 0:
+        raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {ds}")
+    scores, found = index.search(vectors[match[:1]], k)
     _print_rows(["rank", "ad_id", "score"],
-                [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(ids[0], scores[0])) if a >= 0],
+                [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(found[0], scores[0])) if a >= 0],
                 "table")
 
 

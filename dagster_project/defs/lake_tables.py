@@ -36,7 +36,6 @@ def table_metadata(spark: SparkSession, lake: LakeResource, table: str, rows: in
     df = read_table(spark, path)
     return {
         "dagster/row_count": rows,
-        "table_rows_total": df.count(),
         "path": dg.MetadataValue.path(str(path)),
         "delta_version": table_version(spark, path),
         "dagster/column_schema": dg.TableSchema(

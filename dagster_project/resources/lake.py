@@ -1,6 +1,5 @@
 """LakeResource: where the pipeline writes ($GEM_HOME) and with which GemConfig."""
 
-import json
 import os
 from pathlib import Path
 
@@ -31,22 +30,10 @@ class LakeResource(dg.ConfigurableResource):
 
     @property
     def config(self) -> GemConfig:
-        cfg = GemConfig.from_preset(self.preset)
-        if self.config_path:
-            cfg = GemConfig.from_dict(json.loads(Path(self.config_path).read_text()), base=cfg)
-        return cfg
+        return GemConfig.load(self.preset, self.config_path)
 
     def latest_model_version(self) -> str:
-        pointer = self.paths.models / "LATEST"
-        if not pointer.is_file():
-            raise FileNotFoundError(
-                f"no trained model under {self.paths.models}; materialise teacher_model first, "
-                "or pass model_version in the run config"
-            )
-        return pointer.read_text().strip()
+        return self.paths.latest_model_version()
 
     def set_latest_model_version(self, version: str) -> None:
-        pointer = self.paths.models / "LATEST"
-        tmp = pointer.with_suffix(".tmp")
-        tmp.write_text(version + "\n")
-        tmp.replace(pointer)
+        self.paths.set_latest_model_version(version)

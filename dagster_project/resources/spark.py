@@ -1,5 +1,7 @@
 """SparkResource: a Delta-enabled Spark session, local by default (see jobs/spark_session.py)."""
 
+import dataclasses
+
 import dagster as dg
 from pyspark.sql import SparkSession
 
@@ -14,5 +16,5 @@ class SparkResource(dg.ConfigurableResource):
     def session(self) -> SparkSession:
         settings = SparkSettings.from_env()
         if self.master:
-            settings = SparkSettings(self.master, settings.jars_dir, settings.jars_packages, settings.extra_conf)
+            settings = dataclasses.replace(settings, master=self.master)
         return build_spark_session(settings)

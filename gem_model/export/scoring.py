@@ -2,6 +2,7 @@
 
 Inputs are Arrow tables (streamed in chunks of `chunk_rows`); outputs are Arrow tables in the
 `gold.*` contract of docs/tables.md, stamped with the model version and the scoring day.
+`read_embeddings` reads one (model version, day) of an exported embedding table back.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from datetime import date
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from gem_model.data.loader import features_to_kjt
+from gem_model.data.loader import features_to_kjt, open_delta
 from gem_model.export.checkpoint import LoadedModel
+from gem_model.paths import GemPaths
 
 
 def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[pa.Table]:
@@ -42,6 +45,20 @@ def score_embeddings(loaded: LoadedModel, rows: pa.Table, id_column: str, ds: da
         raise FloatingPointError(f"model {loaded.version} produced non-finite {id_column} embeddings")
     columns = {id_column: rows.column(id_column).cast(pa.int64()), "embedding": _embedding_array(vectors)}
     return _stamp(columns, rows.num_rows, loaded, ds)
+
+
+def read_embeddings(paths: GemPaths, table: str, id_column: str, model_version: str,
+                    ds: date) -> tuple[np.ndarray, np.ndarray]:
+    """(ids [N], vectors [N, R]) of one model version and day of an exported embedding table."""
+    rows = open_delta(paths.table(table)).to_table(
+        columns=[id_column, "embedding"],
+        filter=(pc.field("model_version") == model_version) & (pc.field("ds") == pa.scalar(ds, pa.date32())),
+    )
+    if rows.num_rows == 0:
+        raise ValueError(f"{table} has no rows for model_version={model_version!r}, ds={ds}; "
+                         "materialise the scored tables for that partition first")
+    vectors = np.stack(rows.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    return rows.column(id_column).to_numpy(), vectors
 
 
 def score_impressions(loaded: LoadedModel, examples: pa.Table, ds: date, chunk_rows: int = 4096) -> pa.Table:

@@ -28,8 +28,8 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from gem_model.config import GemConfig
-from gem_model.data.loader import ExampleStream
-from gem_model.models.gem import GemModel
+from gem_model.data.loader import Batch, ExampleStream
+from gem_model.models.gem import GemModel, GemOutput
 from gem_model.models.train_wrapper import GemTrain, esmm_probabilities
 from gem_model.train.metrics import binary_metrics
 
@@ -75,8 +75,8 @@ def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelP
     return dmp, CombinedOptimizer([dmp.fused_optimizer, dense])
 
 
-def _to(batch_tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return batch_tensor.to(device, non_blocking=True)
+def _forward(dmp: DistributedModelParallel, batch: Batch, device: torch.device) -> tuple[torch.Tensor, GemOutput]:
+    return dmp(batch.features.to(device), batch.clicked.to(device), batch.converted.to(device), batch.valid.to(device))
 
 
 def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, stream: ExampleStream,
@@ -90,8 +90,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
         stream.set_epoch(epoch)
         losses = []
         for batch in stream:
-            loss, _ = dmp(batch.features.to(env.device), _to(batch.clicked, env.device),
-                          _to(batch.converted, env.device), _to(batch.valid, env.device))
+            loss, _ = _forward(dmp, batch, env.device)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(dense_params, max_norm=1.0)
@@ -114,8 +113,7 @@ def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv) 
     dmp.eval()
     parts = []
     for batch in stream:
-        _, out = dmp(batch.features.to(env.device), _to(batch.clicked, env.device),
-                     _to(batch.converted, env.device), _to(batch.valid, env.device))
+        _, out = _forward(dmp, batch, env.device)
         p_ctr, p_ctcvr = esmm_probabilities(out.logits.float())
         keep = batch.valid.numpy()
         table = batch.table.filter(pa.array(keep))

@@ -8,11 +8,8 @@ Indexes are published per model version under `$GEM_HOME/indexes/<name>/<model_v
 
 import shutil
 from dataclasses import dataclass
-from datetime import date
 
 import dagster as dg
-import numpy as np
-import pyarrow.compute as pc
 
 from dagster_project.defs.lake_tables import (
     contract_check,
@@ -26,8 +23,8 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from gem_model.data.loader import open_delta
 from gem_model.export.index import publish_index
+from gem_model.export.scoring import read_embeddings
 from jobs.lake import replace_partition
 from jobs.score import SCORED_TABLES
 
@@ -54,19 +51,6 @@ class ExportConfig(dg.Config):
 
 def _model_version(config: ExportConfig, lake: LakeResource) -> str:
     return config.model_version or lake.latest_model_version()
-
-
-def embeddings_of(lake: LakeResource, table: str, id_column: str, model_version: str,
-                  ds: date) -> tuple[np.ndarray, np.ndarray]:
-    """(ids [N], vectors [N, R]) of one model version and day of an embedding table."""
-    t = open_delta(lake.paths.table(table)).to_table(
-        filter=(pc.field("model_version") == model_version) & (pc.field("ds") == ds)
-    )
-    if t.num_rows == 0:
-        raise ValueError(f"{table} has no rows for model_version={model_version!r}, ds={ds}; "
-                         "materialise the scored tables for that partition first")
-    vectors = np.stack(t.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
-    return t.column(id_column).to_numpy(), vectors
 
 
 def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
@@ -107,8 +91,8 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         def _index(context: dg.AssetExecutionContext, config: ExportConfig,
                    lake: LakeResource) -> dg.MaterializeResult:
             ds, version = partition_date(context), _model_version(config, lake)
-            ids, vectors = embeddings_of(lake, spec.table, spec.id_column, version, ds)
-            _, queries = embeddings_of(lake, spec.query_table, spec.query_id_column, version, ds)
+            ids, vectors = read_embeddings(lake.paths, spec.table, spec.id_column, version, ds)
+            _, queries = read_embeddings(lake.paths, spec.query_table, spec.query_id_column, version, ds)
             directory = lake.paths.index_dir(name, version)
             index_cfg = lake.config.index
             manifest = publish_index(vectors, ids, queries, directory, index_cfg, version, ds, spec.table)
