@@ -61,9 +61,12 @@ def summary(lake: LakeResource) -> str:
     m = manifest["metrics"]
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]
     for task in lake.config.model.tasks:
-        lines.append(f"  {task}: AUC {m[f'{task}/auc']:.4f} (oracle {m[f'{task}/oracle_auc']:.4f})  "
-                     f"NE {m[f'{task}/ne']:.4f} (oracle {m[f'{task}/oracle_ne']:.4f})  "
-                     f"calibration {m[f'{task}/calibration']:.3f}")
+        # Real datasets have no true probabilities, hence no oracle.
+        oracle = {name: f" (oracle {m[f'{task}/oracle_{name}']:.4f})" if f"{task}/oracle_{name}" in m else ""
+                  for name in ("auc", "ne")}
+        lines.append(f"  {task}: AUC {m.get(f'{task}/auc', float('nan')):.4f}{oracle['auc']}  "
+                     f"NE {m.get(f'{task}/ne', float('nan')):.4f}{oracle['ne']}  "
+                     f"calibration {m.get(f'{task}/calibration', float('nan')):.3f}")
     lines += ["", "Indexes ($GEM_HOME/indexes):"]
     k = lake.config.index.recall_k
     for name in ("ads", "users"):

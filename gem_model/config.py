@@ -24,7 +24,14 @@ TASKS: tuple[str, ...] = ("ctr", "cvr")
 
 @dataclass(frozen=True)
 class WorldConfig:
-    """Size and seed of the synthetic ads world; its truth (click/convert probabilities) is known."""
+    """The calendar and, for the synthetic world, its size, seed and dynamics (`jobs.features.world`).
+
+    The calendar (`start_date`, `n_days`, `holdout_days`) is shared by every data source. Users and
+    ads arrive over the days (`new_user_fraction`, `new_ad_fraction`: cold start); a user's daily
+    event count is log-normal around `events_per_user_day` with spread `activity_sigma`, which
+    gives heavy-tailed sequences; `malformed_rate` of the raw rows are corrupted on purpose so the
+    quarantine is exercised on every run.
+    """
 
     seed: int = 7
     start_date: date = date(2026, 11, 1)
@@ -34,8 +41,14 @@ class WorldConfig:
     n_ads: int = 120
     n_categories: int = 12
     n_advertisers: int = 30
+    campaigns_per_advertiser: int = 3
+    new_user_fraction: float = 0.15
+    new_ad_fraction: float = 0.25
     impressions_per_day: int = 3000
-    events_per_day: int = 4000
+    events_per_user_day: float = 4.0
+    activity_sigma: float = 1.6
+    max_events_per_user_day: int = 2000
+    malformed_rate: float = 0.002
     surfaces: tuple[str, ...] = SURFACES
 
     def __post_init__(self) -> None:
@@ -44,8 +57,14 @@ class WorldConfig:
                 f"world.holdout_days={self.holdout_days} must be below world.n_days={self.n_days}: "
                 "training needs at least one day before the holdout"
             )
-        if self.n_ads < self.n_categories:
-            raise ValueError(f"world.n_ads={self.n_ads} must be >= world.n_categories={self.n_categories}")
+        if self.initial_ads < self.n_categories:
+            raise ValueError(
+                f"world.n_ads={self.n_ads} with new_ad_fraction={self.new_ad_fraction} leaves {self.initial_ads} "
+                f"ads on day one, fewer than world.n_categories={self.n_categories}; raise n_ads"
+            )
+        for name in ("new_user_fraction", "new_ad_fraction", "malformed_rate"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"world.{name}={getattr(self, name)} must be in [0, 1)")
 
     @property
     def days(self) -> list[date]:
@@ -55,6 +74,34 @@ class WorldConfig:
     def holdout_start(self) -> date:
         """First day of the time-based holdout; training uses only days before it."""
         return self.start_date + timedelta(days=self.n_days - self.holdout_days)
+
+    @property
+    def initial_ads(self) -> int:
+        return self.n_ads - round(self.n_ads * self.new_ad_fraction)
+
+
+DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where bronze comes from: the synthetic world, or one real public dataset read in place.
+
+    Real datasets are read from `data_dir` (empty: $GEM_DATA_DIR, else `../shared/data` beside the
+    repository) and never copied into it; their rows are laid out on the world's calendar
+    (`world.start_date`, `world.n_days`) in their original order.
+    """
+
+    source: str = "synthetic"
+    data_dir: str = ""
+    # The label-rate check: per-surface click rate must lie in these bounds, judged only on
+    # surfaces with at least `label_check_min_rows` impressions in the partition.
+    click_rate_bounds: tuple[float, float] = (0.001, 0.8)
+    label_check_min_rows: int = 500
+
+    def __post_init__(self) -> None:
+        if self.source not in DATA_SOURCES:
+            raise ValueError(f"data.source={self.source!r} is not one of {list(DATA_SOURCES)}")
 
 
 @dataclass(frozen=True)
@@ -93,7 +140,7 @@ class FeatureSpec:
     # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
     sequence_feature: str = "seq_item_ids"
     sequence_table: str = "ad_id"
-    max_seq_len: int = 50
+    max_seq_len: int = 256
     lookback_days: int = 14
 
     def __post_init__(self) -> None:
@@ -155,6 +202,7 @@ class IndexConfig:
 class GemConfig:
     preset: str = "tiny"
     world: WorldConfig = field(default_factory=WorldConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     features: FeatureSpec = field(default_factory=FeatureSpec)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -234,25 +282,26 @@ def _coerce(current: Any, value: Any, where: str) -> Any:
     return type(current)(value)
 
 
+def _buckets(*sizes: int) -> tuple[SparseFeature, ...]:
+    return tuple(dataclasses.replace(f, buckets=b) for f, b in zip(FeatureSpec().features, sizes, strict=True))
+
+
 PRESETS: dict[str, GemConfig] = {
     "tiny": GemConfig(),
+    # ~1M impressions: the demo-at-scale and benchmark preset.
     "small": GemConfig(
         preset="small",
-        world=WorldConfig(
-            n_days=8,
-            n_users=5000,
-            n_ads=1000,
-            n_categories=24,
-            n_advertisers=200,
-            impressions_per_day=25_000,
-            events_per_day=40_000,
-        ),
-        features=FeatureSpec(
-            features=tuple(
-                dataclasses.replace(f, buckets=b)
-                for f, b in zip(FeatureSpec().features, (16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16))
-            )
-        ),
+        world=WorldConfig(n_days=8, n_users=5000, n_ads=1000, n_categories=24, n_advertisers=200,
+                          impressions_per_day=125_000),
+        features=FeatureSpec(features=_buckets(16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16), max_seq_len=1024),
         train=TrainConfig(epochs=2, batch_size=512),
+    ),
+    # ~10M impressions, sequences up to 8,192 events.
+    "medium": GemConfig(
+        preset="medium",
+        world=WorldConfig(n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000,
+                          impressions_per_day=1_000_000),
+        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16), max_seq_len=8192),
+        train=TrainConfig(epochs=1, batch_size=2048),
     ),
 }

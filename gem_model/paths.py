@@ -35,6 +35,20 @@ class GemPaths:
             )
         return self.lake / layer / name
 
+    def claim_source(self, source: str) -> None:
+        """Bind the lake to one data source (`lake/SOURCE`), so two sources never mix in its tables."""
+        marker = self.lake / "SOURCE"
+        if marker.is_file():
+            owner = marker.read_text().strip()
+            if owner != source:
+                raise ValueError(
+                    f"the lake at {self.lake} holds data.source={owner!r}, not {source!r}; "
+                    f"set GEM_HOME to another folder for {source!r} (or delete {self.lake} to rebuild it)"
+                )
+            return
+        self.lake.mkdir(parents=True, exist_ok=True)
+        marker.write_text(source + "\n")
+
     def model_dir(self, model_version: str) -> Path:
         return self.home / "models" / model_version
 

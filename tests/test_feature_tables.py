@@ -7,7 +7,7 @@ from pyspark.sql import Row
 
 from gem_model.config import FeatureSpec
 from jobs.features import tables
-from jobs.lake import read_table, replace_partition
+from jobs.lake import SchemaChangeError, read_table, replace_partition
 
 pytestmark = pytest.mark.spark
 DS = date(2026, 11, 3)
@@ -46,7 +46,24 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     assert out["a"]["seq_ts"] == [datetime(2026, 11, 3, 9), datetime(2026, 11, 2, 8)]
     assert out["b"]["seq_item_ids"] == []  # user 2's only event is outside the lookback window
     assert "true_interest" not in out["a"] and "true_quality" not in out["a"]
-    assert all(0 <= i < spec.by_name("ad_id").buckets for i in out["a"]["seq_item_idx"])
+    assert out["a"]["seq_actions"] == ["view", "view"]
+    assert all(1 <= i < spec.by_name("ad_id").buckets for i in out["a"]["seq_item_idx"])
+
+
+def test_missing_dimension_rows_map_to_the_reserved_row(spark):
+    spec = FeatureSpec()
+    users = tables.silver_users(spark.createDataFrame([Row(user_id=1, age_bucket=None, country="US", device="ios")],
+                                                      "user_id bigint, age_bucket string, country string, "
+                                                      "device string"), spec)
+    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video",
+                                                       objective="conversion")]), spec)
+    out = {r["impression_id"]: r for r in
+           tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
+    assert out["a"]["age_bucket_idx"] == tables.MISSING_ROW  # null attribute
+    assert out["a"]["country_idx"] != tables.MISSING_ROW
+    assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.users row
+    assert out["a"]["category_idx"] == tables.MISSING_ROW  # ad 5 has no silver.ads row
+    assert out["a"]["ad_id_idx"] != tables.MISSING_ROW  # ...but its id still gets a hashed row
 
 
 def test_sequence_truncated_to_max_len(spark):
@@ -55,10 +72,24 @@ def test_sequence_truncated_to_max_len(spark):
     assert seqs[1]["seq_item_ids"] == [14, 13]
 
 
-def test_hashing_is_stable_and_in_range(spark):
-    df = spark.createDataFrame([Row(v="US"), Row(v="US"), Row(v="BR")])
+def test_hashing_is_stable_in_range_and_reserves_row_zero_for_missing(spark):
+    df = spark.createDataFrame([Row(v="US"), Row(v="US"), Row(v="BR"), Row(v=None)], "v string")
     idx = [r[0] for r in df.select(tables.hashed(df.v, 64)).collect()]
-    assert idx[0] == idx[1] and all(0 <= i < 64 for i in idx)
+    assert idx[0] == idx[1] and all(1 <= i < 64 for i in idx[:3]) and idx[3] == 0
+
+
+def test_schema_policy_adds_columns_and_refuses_breaking_changes(spark, tmp_path):
+    path = tmp_path / "t"
+    day = date(2026, 11, 2)
+    base = spark.createDataFrame([Row(ds=day, x=1)])
+    replace_partition(base, path, {"ds": day})
+    replace_partition(spark.createDataFrame([Row(ds=DS, x=2, extra="new")]), path, {"ds": DS})
+    rows = {r["x"]: r["extra"] for r in read_table(spark, path).collect()}
+    assert rows == {1: None, 2: "new"}  # additive: older partitions read the new column as null
+    with pytest.raises(SchemaChangeError, match=r"changed types \['x: bigint -> string'\].*allow_schema_change"):
+        replace_partition(spark.createDataFrame([Row(ds=DS, x="2", extra="new")]), path, {"ds": DS})
+    with pytest.raises(SchemaChangeError, match=r"removed columns \['extra'\]"):
+        replace_partition(spark.createDataFrame([Row(ds=DS, x=3)]), path, {"ds": DS})
 
 
 def test_replacing_a_partition_twice_never_duplicates(spark, tmp_path):

@@ -20,21 +20,40 @@ def _write_examples(spark, path, n):
         rows.append(Row(impression_id=f"i{i:04d}", user_id=i, ad_id=i % 7, surface="feed",
                         ds=date(2026, 11, 1) + timedelta(days=i % 2), ts=datetime(2026, 11, 1),
                         clicked=i % 3 == 0, converted=i % 9 == 0, seq_item_idx=list(range(i % 4)), **row))
-    spark.createDataFrame(rows).write.format("delta").partitionBy("ds").save(str(path))
+    # Several files per day, so ranks can be given whole files.
+    spark.createDataFrame(rows).repartition(5).write.format("delta").partitionBy("ds").save(str(path))
 
 
-def test_ranks_partition_rows_and_step_in_lockstep(spark, tmp_path):
+def test_ranks_read_disjoint_files_and_step_in_lockstep(spark, tmp_path):
     path = tmp_path / "examples"
     _write_examples(spark, path, 101)
     streams = [ExampleStream(path, SPEC, batch_size=16, rank=r, world_size=2) for r in range(2)]
+    files = [{f.path for f, _ in s.fragments[s.rank]} for s in streams]
+    assert files[0] and files[1] and not files[0] & files[1]
+    assert sum(s.rank_rows for s in streams) == 101
+    assert abs(streams[0].rank_rows - streams[1].rank_rows) <= 101 // 5 + 1  # balanced to within a file
+    steps = -(-max(s.rank_rows for s in streams) // 16)
     seen = []
     for stream in streams:
         batches = list(stream)
-        assert len(batches) == len(stream) == 4  # ceil(ceil(101 / 2) / 16)
+        assert len(batches) == len(stream) == steps
         for b in batches:
             assert b.features.stride() == 16
             seen += b.table.column("impression_id").to_pylist()[: int(b.valid.sum())]
     assert sorted(seen) == [f"i{i:04d}" for i in range(101)]  # every row once, across both ranks
+
+
+def test_shuffled_epochs_cover_the_shard_in_a_new_order(spark, tmp_path):
+    path = tmp_path / "examples"
+    _write_examples(spark, path, 64)
+    stream = ExampleStream(path, SPEC, batch_size=8, shuffle_buffer=16, seed=3)
+    orders = []
+    for epoch in range(2):
+        stream.set_epoch(epoch)
+        ids = [i for b in stream for i in b.table.column("impression_id").to_pylist()[: int(b.valid.sum())]]
+        assert sorted(ids) == [f"i{i:04d}" for i in range(64)]
+        orders.append(ids)
+    assert orders[0] != orders[1]
 
 
 def test_ds_filter_selects_days(spark, tmp_path):

@@ -1,10 +1,12 @@
 """Stream Delta feature tables into TorchRec KeyedJaggedTensors, one shard per rank.
 
 Each rank opens the Delta table itself at a pinned version (delta-rs, no Spark driver in the
-path), scans it in Arrow record batches with the needed columns and a `ds` filter, keeps the
-rows whose global position is congruent to its rank, and emits fixed-size batches. Every rank
-yields exactly `len(stream)` batches; the last ones are padded with `valid = False` rows so
-that collective ops in a sharded model stay in lockstep. Memory is bounded by the shuffle buffer.
+path), lists the table's data files for the `ds` range with their row counts (Parquet footers),
+and takes its own share of whole files (balanced by rows, the same assignment computed on every
+rank), so each rank reads only its files, in Arrow record batches of the needed columns. It
+emits fixed-size batches; every rank yields exactly `len(stream)` batches (the largest shard's
+count), the last ones padded with `valid = False` rows, so collective ops in a sharded model stay
+in lockstep and no row is dropped. Memory is bounded by the shuffle buffer.
 """
 
 from __future__ import annotations
@@ -80,6 +82,20 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
     )
 
 
+def _assign(fragments: list[pads.Fragment], world_size: int,
+            filter: pc.Expression | None) -> list[list[tuple[pads.Fragment, int]]]:
+    """Whole files to ranks, largest first to the rank with the fewest rows: deterministic and balanced."""
+    sized = [(f, f.count_rows(filter=filter)) for f in fragments]
+    shards: list[list[tuple[pads.Fragment, int]]] = [[] for _ in range(world_size)]
+    totals = [0] * world_size
+    for fragment, rows in sorted(sized, key=lambda fr: -fr[1]):  # stable: ties keep path order
+        if rows:
+            target = totals.index(min(totals))
+            shards[target].append((fragment, rows))
+            totals[target] += rows
+    return shards
+
+
 @dataclass
 class Batch:
     features: KeyedJaggedTensor
@@ -107,33 +123,42 @@ class ExampleStream:
         if missing:
             raise ValueError(f"{path} lacks columns {missing}; rebuild it with the current FeatureSpec")
         self.columns = wanted + [c for c in TRUTH_COLUMNS if c in names]
-        self.total_rows = self.dataset.count_rows(filter=self.filter)
+        self.fragments = _assign(sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path),
+                                 world_size, self.filter)
+        self.total_rows = sum(rows for shard in self.fragments for _, rows in shard)
         if self.total_rows == 0:
             raise ValueError(f"no rows in {path} for ds in [{start}, {end}); check the partitions exist")
 
+    @property
+    def rank_rows(self) -> int:
+        return sum(rows for _, rows in self.fragments[self.rank])
+
     def __len__(self) -> int:
-        return math.ceil(math.ceil(self.total_rows / self.world_size) / self.batch_size)
+        largest = max(sum(rows for _, rows in shard) for shard in self.fragments)
+        return math.ceil(largest / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _rank_rows(self) -> Iterator[pa.Table]:
-        offset = 0
-        for record_batch in self.dataset.to_batches(columns=self.columns, filter=self.filter):
-            n = record_batch.num_rows
-            first = (self.rank - offset) % self.world_size
-            if first < n:
-                yield pa.Table.from_batches([record_batch]).take(np.arange(first, n, self.world_size))
-            offset += n
+    def _rank_tables(self) -> Iterator[pa.Table]:
+        shard = [fragment for fragment, _ in self.fragments[self.rank]]
+        if self.shuffle_buffer > 0:  # a new file order every epoch, then rows shuffled within the buffer
+            rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+            shard = [shard[i] for i in rng.permutation(len(shard))]
+        for fragment in shard:
+            for record_batch in fragment.to_batches(schema=self.dataset.schema, columns=self.columns,
+                                                    filter=self.filter):
+                if record_batch.num_rows:
+                    yield pa.Table.from_batches([record_batch])
 
     def _shuffled(self) -> Iterator[pa.Table]:
         if self.shuffle_buffer <= 0:
-            yield from self._rank_rows()
+            yield from self._rank_tables()
             return
         rng = np.random.default_rng([self.seed, self.rank, self.epoch])
         buffer: list[pa.Table] = []
         size = 0
-        for part in self._rank_rows():
+        for part in self._rank_tables():
             buffer.append(part)
             size += part.num_rows
             if size >= self.shuffle_buffer:

@@ -146,7 +146,7 @@ def holdout_metrics(scored: pa.Table) -> dict[str, float]:
         for task, (labels, probs, mask) in tasks.items():
             for name, value in binary_metrics(labels, probs).items():
                 metrics[f"{prefix}{task}/{name}"] = value
-            if "p_click" in rows.column_names:
+            if "p_click" in rows.column_names and rows.column("p_click").null_count == 0:  # known truth
                 p_click = rows.column("p_click").to_numpy()
                 truth = p_click if task == "ctr" else (rows.column("p_convert").to_numpy() / p_click)[mask]
                 oracle = binary_metrics(labels, truth)

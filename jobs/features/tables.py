@@ -1,10 +1,15 @@
 """Pure DataFrame -> DataFrame transforms from bronze to the silver and gold feature tables.
 
-Categorical columns are mapped to embedding rows here, once, as `<feature>_idx` =
-pmod(xxhash64(string value), buckets) from the shared `FeatureSpec`; the loader and the model
-only read those columns. Sequences are point-in-time correct: an impression's sequence holds
-only events strictly before its `ts`, most recent first, within `lookback_days`, truncated to
-`max_seq_len`.
+Categorical columns are mapped to embedding rows here, once, from the shared `FeatureSpec`:
+`<feature>_idx` = 1 + pmod(xxhash64(string value), buckets - 1), and row 0 is reserved for a
+missing value (null attribute, or an impression whose user or ad has no dimension row). Hashing
+needs no vocabulary, so an id never seen in training (a cold-start ad) still gets a row and
+shares it with few others; the loader and the model only read these columns.
+
+Sequences are point-in-time correct: an impression's sequence holds only events strictly before
+its `ts`, most recent first, within `lookback_days`, truncated to `max_seq_len`. Each user's
+window of events is collected once and every impression filters it, so the cost grows with
+events per user, not with impressions x events (no exploding join).
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ from pyspark.sql import functions as F
 
 from gem_model.config import FeatureSpec
 
+MISSING_ROW = 0
+SEQUENCE_FIELDS = ("ts", "item_id", "action")
+
 
 def hashed(col: Column, buckets: int) -> Column:
     """Embedding row of a categorical value: stable across Spark versions, languages and runs."""
-    return F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets))
+    row = F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets - 1)) + 1
+    return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
 
 
-def with_feature_indices(df: DataFrame, spec: FeatureSpec, side: str) -> DataFrame:
-    cols = [hashed(F.col(f.name), f.buckets).alias(f.idx_column) for f in spec.side(side)]
+def with_feature_indices(df: DataFrame, spec: FeatureSpec, *sides: str) -> DataFrame:
+    cols = [hashed(F.col(f.name), f.buckets).alias(f.idx_column) for side in sides for f in spec.side(side)]
     return df.select("*", *cols)
 
 
@@ -34,12 +43,12 @@ def observable(df: DataFrame) -> DataFrame:
 
 def silver_users(bronze_users: DataFrame, spec: FeatureSpec) -> DataFrame:
     """silver.users: observable user attributes plus their embedding rows."""
-    return with_feature_indices(observable(bronze_users).dropDuplicates(["user_id"]), spec, "user")
+    return with_feature_indices(observable(bronze_users), spec, "user")
 
 
 def silver_ads(bronze_ads: DataFrame, spec: FeatureSpec) -> DataFrame:
     """silver.ads: observable ad attributes plus their embedding rows."""
-    return with_feature_indices(observable(bronze_ads).dropDuplicates(["ad_id"]), spec, "ad")
+    return with_feature_indices(observable(bronze_ads), spec, "ad")
 
 
 def _events_window(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
@@ -48,52 +57,53 @@ def _events_window(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     return events.where((F.col("ds") >= F.lit(first)) & (F.col("ds") <= F.lit(ds)))
 
 
-def _sequence_columns(spec: FeatureSpec) -> list[Column]:
-    """Turn a collected `history` array<struct<ts, item_id>> into the sequence columns."""
+def _histories(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
+    """user_id -> `history`: the user's window of events as array<struct<ts, item_id, action>>, newest first."""
+    window = _events_window(events, spec, ds)
+    return window.groupBy("user_id").agg(
+        F.sort_array(F.collect_list(F.struct(*SEQUENCE_FIELDS)), asc=False).alias("history")
+    )
+
+
+def _sequence_columns(history: Column, spec: FeatureSpec) -> list[Column]:
+    """The sequence columns from a newest-first `history` array, truncated to `max_seq_len`."""
     table = spec.by_name(spec.sequence_table)
-    recent = F.slice(F.sort_array(F.coalesce(F.col("history"), F.array()), asc=False), 1, spec.max_seq_len)
+    recent = F.slice(F.coalesce(history, F.array()), 1, spec.max_seq_len)
     items = F.transform(recent, lambda e: e["item_id"])
     return [
         items.cast("array<bigint>").alias(spec.sequence_feature),
         F.transform(recent, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
+        F.transform(recent, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
         F.transform(items, lambda x: hashed(x, table.buckets)).alias(spec.sequence_idx_column),
     ]
 
 
 def user_sequences(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     """gold.user_sequences for `ds`: each active user's sequence as of the end of day `ds`."""
-    window = _events_window(events, spec, ds)
-    history = window.groupBy("user_id").agg(F.collect_list(F.struct("ts", "item_id")).alias("history"))
-    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(spec))
+    history = _histories(events, spec, ds)
+    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec))
+
+
+def _attributes(df: DataFrame, key: str, spec: FeatureSpec, side: str) -> DataFrame:
+    return df.select(key, *[f.name for f in spec.side(side) if f.name != key])
 
 
 def training_examples(impressions: DataFrame, events: DataFrame, users: DataFrame, ads: DataFrame,
                       spec: FeatureSpec, ds: date) -> DataFrame:
-    """gold.training_examples for `ds`: impressions joined with silver features and sequences."""
+    """gold.training_examples for `ds`: impressions joined with user/ad attributes and sequences.
+
+    Impression columns (a dataset's extras included) are kept; user and ad extras stay in silver.
+    """
     imps = impressions.where(F.col("ds") == F.lit(ds))
-    ev = _events_window(events, spec, ds).select(
-        "user_id", F.col("ts").alias("event_ts"), "item_id"
+    joined = (
+        imps.join(_attributes(users, "user_id", spec, "user"), "user_id", "left")
+        .join(_attributes(ads, "ad_id", spec, "ad"), "ad_id", "left")
+        .join(_histories(events, spec, ds), "user_id", "left")
     )
-    # Strictly-before join: an event at the impression's own timestamp is not history.
-    history = (
-        imps.select("impression_id", "user_id", "ts")
-        .join(ev, "user_id")
-        .where(F.col("event_ts") < F.col("ts"))
-        .groupBy("impression_id")
-        .agg(F.collect_list(F.struct(F.col("event_ts").alias("ts"), "item_id")).alias("history"))
+    # Strictly before: an event at the impression's own timestamp is not history.
+    before = F.filter(F.coalesce(F.col("history"), F.array()), lambda e: e["ts"] < F.col("ts"))
+    attributes = [f.name for f in spec.features if f.side != "context" and f.name not in ("user_id", "ad_id")]
+    with_seq = joined.select(
+        *imps.columns, *attributes, *_sequence_columns(before, spec),
     )
-    surface = spec.by_name("surface")
-    user_cols = users.columns
-    ad_cols = ads.columns
-    return (
-        imps.join(users.select(*user_cols), "user_id", "left")
-        .join(ads.select(*ad_cols), "ad_id", "left")
-        .join(history, "impression_id", "left")
-        .select(
-            "impression_id", "ts", "ds", "user_id", "ad_id", "surface", "position",
-            "clicked", "converted", "p_click", "p_convert",
-            *[c for c in user_cols + ad_cols if c not in ("user_id", "ad_id")],
-            hashed(F.col("surface"), surface.buckets).alias(surface.idx_column),
-            *_sequence_columns(spec),
-        )
-    )
+    return with_feature_indices(with_seq, spec, "user", "ad", "context")

@@ -1,20 +1,83 @@
-"""Feature assets: the synthetic world lands in bronze, Spark builds silver and gold from it.
+"""Feature assets: a data source lands in bronze (with quarantine), Spark builds silver and gold.
 
-Users and ads are dimension tables (unpartitioned, replaced whole); events, impressions,
-sequences and training examples are daily partitions, each replaced atomically by its run.
-Sequences look back `FeatureSpec.lookback_days` days, so they depend on that window of events.
+`data.source` picks the source (the synthetic world or a real dataset, `jobs.sources`). Users
+and ads are dimension tables (replaced whole); events, impressions, sequences and training
+examples are daily partitions, each replaced atomically by its run. Sequences look back
+`FeatureSpec.lookback_days` days, so they depend on that window of events.
+
+Quality checks run inside each asset on the data it has just written, so every partition is
+checked when it is materialised: row conservation on bronze, point-in-time correctness and the
+sequence-length distribution on gold, label and null rates on the training examples.
 """
 
+from datetime import date
+
 import dagster as dg
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from dagster_project.defs.lake_tables import daily_partitions, key, partition_date, table_metadata
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from jobs.features import tables, world
-from jobs.lake import overwrite_table, read_table, replace_partition
+from jobs.features.bronze import Landing
+from jobs.features.build import build_silver, build_training_examples, build_user_sequences, land_bronze
+from jobs.features.quality import label_rates, null_rates, sequence_stats
+from jobs.lake import read_table
 
 GROUP = "features"
+ROW_CONSERVATION = "row_conservation"
+POINT_IN_TIME = "point_in_time"
+LABEL_RATES = "label_rates"
+
+
+def _conservation(table: str, landing: Landing) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=ROW_CONSERVATION, asset_key=key(table), passed=landing.conserved,
+        description=f"rows in {landing.rows_in} = accepted {landing.accepted} + rejected {landing.rejected}",
+        metadata={"rows_in": landing.rows_in, "accepted": landing.accepted, "rejected": landing.rejected,
+                  **{f"rejected/{reason}": n for reason, n in landing.reasons.items()}},
+    )
+
+
+def _landing_result(spark: SparkResource, lake: LakeResource, table: str, landing: Landing) -> dg.MaterializeResult:
+    metadata = table_metadata(spark.session(), lake, table, landing.accepted)
+    return dg.MaterializeResult(metadata={**metadata, "rejected_rows": landing.rejected},
+                                check_results=[_conservation(table, landing)])
+
+
+def _sequence_check(table: str, df: DataFrame, max_seq_len: int, as_of: str | None) -> dg.AssetCheckResult:
+    stats = sequence_stats(df, max_seq_len, as_of)
+    return dg.AssetCheckResult(
+        check_name=POINT_IN_TIME, asset_key=key(table), passed=stats.point_in_time,
+        description="sequences hold only earlier events, most recent first, within max_seq_len",
+        metadata={"rows": stats.rows, "rows_with_future_events": stats.future_events,
+                  "unordered_sequences": stats.unordered, "sequences_over_max_len": stats.over_max_len,
+                  "seq_len_p50": stats.p50, "seq_len_p90": stats.p90, "seq_len_p99": stats.p99,
+                  "seq_len_max": stats.max},
+    )
+
+
+def _label_check(df: DataFrame, cfg: GemConfig) -> dg.AssetCheckResult:
+    rates = label_rates(df)
+    bounds, min_rows = cfg.data.click_rate_bounds, cfg.data.label_check_min_rows
+    out_of_bounds = [r.surface for r in rates if not r.within(bounds, min_rows)]
+    attributes = [f.name for f in cfg.features.features if f.name not in ("user_id", "ad_id")]
+    nulls = null_rates(df, attributes)
+    return dg.AssetCheckResult(
+        check_name=LABEL_RATES, asset_key=key("gold.training_examples"), passed=not out_of_bounds,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(f"click rate per surface within {bounds} (surfaces with >= {min_rows} rows)"
+                     + (f"; out of bounds: {out_of_bounds}" if out_of_bounds else "")),
+        metadata={**{f"{r.surface}/rows": r.rows for r in rates},
+                  **{f"{r.surface}/click_rate": round(r.click_rate, 5) for r in rates},
+                  **{f"{r.surface}/conversion_rate": round(r.conversion_rate, 5) for r in rates},
+                  **{f"null_rate/{c}": round(v, 5) for c, v in nulls.items()}},
+    )
+
+
+def _partition(df: DataFrame, ds: date) -> DataFrame:
+    return df.where(F.col("ds") == F.lit(ds))
 
 
 def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
@@ -23,84 +86,91 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         start_offset=-cfg.features.lookback_days, end_offset=0, allow_nonexistent_upstream_partitions=True
     )
 
-    @dg.asset(key=key("bronze.users"), group_name=GROUP, kinds={"spark", "delta"})
+    def conservation_spec(table: str) -> list[dg.AssetCheckSpec]:
+        return [dg.AssetCheckSpec(ROW_CONSERVATION, asset=key(table), blocking=True,
+                                  description="rows in = accepted + rejected (bronze.rejected_rows)")]
+
+    @dg.asset(key=key("bronze.users"), group_name=GROUP, kinds={"spark", "delta"},
+              check_specs=conservation_spec("bronze.users"))
     def bronze_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
-        """Users of the synthetic world with demographic and device attributes."""
-        s = spark.session()
-        rows = overwrite_table(world.users(s, lake.config.world), lake.paths.table("bronze.users"))
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "bronze.users", rows))
+        """Users of the data source with demographic and device attributes (malformed rows quarantined)."""
+        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.users")
+        return _landing_result(spark, lake, "bronze.users", landing)
 
-    @dg.asset(key=key("bronze.ads"), group_name=GROUP, kinds={"spark", "delta"})
+    @dg.asset(key=key("bronze.ads"), group_name=GROUP, kinds={"spark", "delta"},
+              check_specs=conservation_spec("bronze.ads"))
     def bronze_ads(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
-        """Ads with advertiser, category, creative format and objective."""
-        s = spark.session()
-        rows = overwrite_table(world.ads(s, lake.config.world), lake.paths.table("bronze.ads"))
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "bronze.ads", rows))
+        """Ads with advertiser, category, creative format and objective (malformed rows quarantined)."""
+        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.ads")
+        return _landing_result(spark, lake, "bronze.ads", landing)
 
-    @dg.asset(key=key("bronze.events"), group_name=GROUP, partitions_def=daily, deps=[key("bronze.users")],
-              kinds={"spark", "delta"})
+    @dg.asset(key=key("bronze.events"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
+              check_specs=conservation_spec("bronze.events"))
     def bronze_events(context: dg.AssetExecutionContext, spark: SparkResource,
                       lake: LakeResource) -> dg.MaterializeResult:
-        """One day of organic behaviour events (user, item, action, surface, ts)."""
-        s, ds = spark.session(), partition_date(context)
-        users = read_table(s, lake.paths.table("bronze.users"))
-        rows = replace_partition(world.events(s, lake.config.world, users, ds), lake.paths.table("bronze.events"),
-                                 {"ds": ds})
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "bronze.events", rows))
+        """One day of behaviour events (user, item, action, surface, ts); malformed rows quarantined."""
+        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.events",
+                              partition_date(context))
+        return _landing_result(spark, lake, "bronze.events", landing)
 
-    @dg.asset(key=key("bronze.impressions"), group_name=GROUP, partitions_def=daily,
-              deps=[key("bronze.users"), key("bronze.ads")], kinds={"spark", "delta"})
+    @dg.asset(key=key("bronze.impressions"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
+              check_specs=conservation_spec("bronze.impressions"))
     def bronze_impressions(context: dg.AssetExecutionContext, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
-        """One day of ad impressions with click/conversion labels and their true probabilities."""
-        s, ds = spark.session(), partition_date(context)
-        users = read_table(s, lake.paths.table("bronze.users"))
-        ads = read_table(s, lake.paths.table("bronze.ads"))
-        df = world.impressions(s, lake.config.world, users, ads, ds)
-        rows = replace_partition(df, lake.paths.table("bronze.impressions"), {"ds": ds})
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "bronze.impressions", rows))
+        """One day of ad impressions with click/conversion labels (and true probabilities where known)."""
+        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.impressions",
+                              partition_date(context))
+        return _landing_result(spark, lake, "bronze.impressions", landing)
 
     @dg.asset(key=key("silver.users"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
     def silver_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable user attributes with their embedding rows (`<feature>_idx`)."""
         s = spark.session()
-        df = tables.silver_users(read_table(s, lake.paths.table("bronze.users")), lake.config.features)
-        rows = overwrite_table(df, lake.paths.table("silver.users"))
+        rows = build_silver(s, lake.config, lake.paths, "silver.users")
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.users", rows))
 
     @dg.asset(key=key("silver.ads"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
     def silver_ads(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable ad attributes with their embedding rows (`<feature>_idx`)."""
         s = spark.session()
-        df = tables.silver_ads(read_table(s, lake.paths.table("bronze.ads")), lake.config.features)
-        rows = overwrite_table(df, lake.paths.table("silver.ads"))
+        rows = build_silver(s, lake.config, lake.paths, "silver.ads")
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ads", rows))
 
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
-              deps=[dg.AssetDep(key("bronze.events"), partition_mapping=event_window)], kinds={"spark", "delta"})
+              deps=[dg.AssetDep(key("bronze.events"), partition_mapping=event_window)], kinds={"spark", "delta"},
+              check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"),
+                                             description="most recent first, within max_seq_len; length stats")])
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
                        lake: LakeResource) -> dg.MaterializeResult:
         """Each active user's behaviour sequence as of the end of the day, most recent first."""
-        s, ds = spark.session(), partition_date(context)
-        df = tables.user_sequences(read_table(s, lake.paths.table("bronze.events")), lake.config.features, ds)
-        rows = replace_partition(df, lake.paths.table("gold.user_sequences"), {"ds": ds})
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.user_sequences", rows))
+        s, ds, spec = spark.session(), partition_date(context), lake.config.features
+        rows = build_user_sequences(s, lake.config, lake.paths, ds)
+        written = _partition(read_table(s, lake.paths.table("gold.user_sequences")), ds)
+        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.user_sequences", rows),
+                                    check_results=[_sequence_check("gold.user_sequences", written,
+                                                                   spec.max_seq_len, None)])
 
     @dg.asset(key=key("gold.training_examples"), group_name=GROUP, partitions_def=daily,
               deps=[key("bronze.impressions"), key("silver.users"), key("silver.ads"),
                     dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
-              kinds={"spark", "delta"})
+              kinds={"spark", "delta"},
+              check_specs=[
+                  dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.training_examples"), blocking=True,
+                                    description="every sequence event is strictly before its impression"),
+                  dg.AssetCheckSpec(LABEL_RATES, asset=key("gold.training_examples"),
+                                    description="click/conversion rate per surface in bounds; null rates"),
+              ])
     def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,
                           lake: LakeResource) -> dg.MaterializeResult:
         """Impressions of the day with user/ad features and the sequence strictly before each one."""
-        s, ds = spark.session(), partition_date(context)
-        p = lake.paths
-        df = tables.training_examples(
-            read_table(s, p.table("bronze.impressions")), read_table(s, p.table("bronze.events")),
-            read_table(s, p.table("silver.users")), read_table(s, p.table("silver.ads")), lake.config.features, ds,
-        )
-        rows = replace_partition(df, p.table("gold.training_examples"), {"ds": ds})
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.training_examples", rows))
+        s, ds, cfg = spark.session(), partition_date(context), lake.config
+        rows = build_training_examples(s, cfg, lake.paths, ds)
+        written = _partition(read_table(s, lake.paths.table("gold.training_examples")), ds).cache()
+        checks = [_sequence_check("gold.training_examples", written, cfg.features.max_seq_len, "ts"),
+                  _label_check(written, cfg)]
+        written.unpersist()
+        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.training_examples", rows),
+                                    check_results=checks)
 
     return [bronze_users, bronze_ads, bronze_events, bronze_impressions, silver_users, silver_ads,
             user_sequences, training_examples]

@@ -1,0 +1,63 @@
+"""Build every feature table for some days without Dagster: the batch entry point for a cluster.
+
+    python -m jobs.build_features --preset small --days 2
+    spark-submit --master yarn jobs/build_features.py --preset medium   # GEM_SPARK_* pick the cluster
+
+Runs the same per-table jobs as the Dagster assets (`jobs.features.build`), in dependency order,
+into $GEM_HOME, and prints one line per table with rows and seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # spark-submit runs this file as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
+from jobs.features.build import (
+    DAILY_BRONZE,
+    DIMENSIONS,
+    build_silver,
+    build_training_examples,
+    build_user_sequences,
+    land_bronze,
+)
+from jobs.spark_session import build_spark_session
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--config", help="JSON file of overrides")
+    parser.add_argument("--days", type=int, help="only the first N days of the calendar")
+    args = parser.parse_args(argv)
+    cfg = GemConfig.load(args.preset, args.config)
+    paths = GemPaths.from_env()
+    spark = build_spark_session()
+
+    def timed(name: str, job) -> None:
+        started = time.monotonic()
+        result = job()
+        rows = result if isinstance(result, int) else result.accepted
+        extra = "" if isinstance(result, int) else f"  rejected {result.rejected:,}"
+        print(f"{name:<36} {rows:>12,} rows {time.monotonic() - started:8.1f}s{extra}", flush=True)
+
+    for table in DIMENSIONS:
+        timed(table, lambda t=table: land_bronze(spark, cfg, paths, t))
+    for table in ("silver.users", "silver.ads"):
+        timed(table, lambda t=table: build_silver(spark, cfg, paths, t))
+    for day in cfg.world.days[: args.days]:
+        for table in DAILY_BRONZE:
+            timed(f"{table} [{day}]", lambda t=table, d=day: land_bronze(spark, cfg, paths, t, d))
+        timed(f"gold.user_sequences [{day}]", lambda d=day: build_user_sequences(spark, cfg, paths, d))
+        timed(f"gold.training_examples [{day}]", lambda d=day: build_training_examples(spark, cfg, paths, d))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

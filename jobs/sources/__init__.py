@@ -1,0 +1,60 @@
+"""Raw inputs of the bronze layer: the synthetic world or one real public dataset.
+
+`data.source` chooses the source. Every source produces the same raw tables, with the bronze
+contract's columns (`jobs.table_contract`) and the dataset's own features as extra columns:
+users and ads (dimensions, whole), events and impressions (one day at a time). A source never
+filters or repairs rows: malformed ones pass through to `jobs.features.quarantine`, which
+splits them into the bronze table and `bronze.rejected_rows` with a reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from datetime import date
+from pathlib import Path
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+
+from gem_model.config import GemConfig
+
+# data.source -> module under jobs.sources defining `Source(spark, cfg, data_dir)`.
+MODULES = {
+    "synthetic": "jobs.features.world",
+    "taobao": "jobs.sources.taobao",
+    "ali_ccp": "jobs.sources.ali_ccp",
+    "aliexpress": "jobs.sources.aliexpress",
+    "criteo": "jobs.sources.criteo",
+    "open_bandit": "jobs.sources.open_bandit",
+}
+
+
+class Source(Protocol):
+    """Raw bronze rows; `events(ds)` and `impressions(ds)` return the rows delivered for day `ds`."""
+
+    def users(self) -> DataFrame: ...
+
+    def ads(self) -> DataFrame: ...
+
+    def events(self, ds: date) -> DataFrame: ...
+
+    def impressions(self, ds: date) -> DataFrame: ...
+
+
+def data_dir(cfg: GemConfig) -> Path:
+    """Root of the real datasets: `data.data_dir`, else $GEM_DATA_DIR, else ../shared/data beside the repo."""
+    configured = cfg.data.data_dir or os.environ.get("GEM_DATA_DIR", "")
+    root = Path(configured) if configured else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"real datasets not found at {root}; set data.data_dir or GEM_DATA_DIR to the folder holding "
+            f"{cfg.data.source}/ (or use data.source='synthetic')"
+        )
+    return root
+
+
+def build_source(spark: SparkSession, cfg: GemConfig) -> Source:
+    module = importlib.import_module(MODULES[cfg.data.source])
+    root = None if cfg.data.source == "synthetic" else data_dir(cfg)
+    return module.Source(spark, cfg, root)

@@ -1,0 +1,81 @@
+"""Bronze landing: malformed rows are quarantined with a reason, rows are conserved, re-runs are idempotent."""
+
+from datetime import date, datetime
+
+import pytest
+from pyspark.sql import Row
+
+from gem_model.config import SURFACES
+from gem_model.paths import GemPaths
+from jobs.features.bronze import land
+from jobs.lake import read_table
+
+pytestmark = pytest.mark.spark
+DS = date(2026, 11, 3)
+SCHEMA = ("impression_id string, ts timestamp, ds date, user_id bigint, ad_id bigint, surface string, "
+          "position int, clicked boolean, converted boolean, p_click double, p_convert double")
+
+
+def _impressions(spark):
+    ok = dict(ts=datetime(2026, 11, 3, 12), ds=DS, user_id=1, ad_id=2, surface="feed", position=1, clicked=True,
+              converted=False, p_click=None, p_convert=None)
+    rows = [
+        ("good-1", {}), ("good-2", {"converted": True}),
+        ("null-user", {"user_id": None}),
+        ("bad-surface", {"surface": "billboard"}),
+        ("late", {"ts": datetime(2026, 11, 5, 1)}),
+        ("negative-ad", {"ad_id": -4}),
+        ("funnel", {"clicked": False, "converted": True}),
+        ("good-1", {"position": 2}),  # a second row with an existing impression_id
+    ]
+    return spark.createDataFrame([Row(impression_id=i, **{**ok, **bad}) for i, bad in rows], SCHEMA)
+
+
+def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    landing = land(spark, _impressions(spark), "bronze.impressions", paths, SURFACES, DS)
+    assert landing.rows_in == 8 and landing.accepted == 2 and landing.rejected == 6 and landing.conserved
+    assert landing.reasons == {"conversion_without_click": 1, "duplicate_impression_id": 1,
+                               "negative_ad_id": 1, "null_user_id": 1, "ts_outside_partition": 1,
+                               "unknown_surface": 1}
+    accepted = read_table(spark, paths.table("bronze.impressions"))
+    assert sorted(r["impression_id"] for r in accepted.collect()) == ["good-1", "good-2"]
+    rejected = read_table(spark, paths.table("bronze.rejected_rows")).collect()
+    by_reason = {r["reason"]: r for r in rejected}
+    assert '"surface":"billboard"' in by_reason["unknown_surface"]["record"]  # the full row is kept
+    assert {r["source_table"] for r in rejected} == {"bronze.impressions"}
+    assert {r["source_partition"] for r in rejected} == {DS.isoformat()}
+
+
+def test_relanding_a_day_replaces_it_and_its_rejections(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    for _ in range(2):
+        landing = land(spark, _impressions(spark), "bronze.impressions", paths, SURFACES, DS)
+    assert landing.accepted == 2 and landing.rejected == 6
+    assert read_table(spark, paths.table("bronze.impressions")).count() == 2
+    assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 6
+    fixed = _impressions(spark).where("impression_id LIKE 'good%'").dropDuplicates(["impression_id"])
+    landing = land(spark, fixed, "bronze.impressions", paths, SURFACES, DS)
+    assert (landing.accepted, landing.rejected) == (2, 0)
+    assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 0
+
+
+def test_dimension_duplicates_and_bad_keys(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    users = spark.createDataFrame(
+        [Row(user_id=1, age_bucket="18-24", country="US", device="ios"),
+         Row(user_id=1, age_bucket="18-24", country="US", device="ios"),
+         Row(user_id=None, age_bucket="65+", country="BR", device="web"),
+         Row(user_id=0, age_bucket="65+", country="BR", device="web")],
+        "user_id bigint, age_bucket string, country string, device string")
+    landing = land(spark, users, "bronze.users", paths, SURFACES)
+    assert (landing.accepted, landing.rejected, landing.conserved) == (1, 3, True)
+    assert landing.reasons == {"duplicate_user_id": 1, "negative_user_id": 1, "null_user_id": 1}
+
+
+def test_a_lake_holds_one_data_source(tmp_path):
+    paths = GemPaths(tmp_path)
+    paths.claim_source("synthetic")
+    paths.claim_source("synthetic")
+    with pytest.raises(ValueError, match="holds data.source='synthetic', not 'criteo'.*GEM_HOME"):
+        paths.claim_source("criteo")
