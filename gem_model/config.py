@@ -215,18 +215,21 @@ class GemConfig:
         return PRESETS[name]
 
     @staticmethod
-    def load(preset: str, overrides_path: str | None = None) -> GemConfig:
-        """A preset, optionally overridden by a JSON file of (partial) nested settings."""
+    def load(preset: str, overrides_path: str | None = None, data_source: str | None = None) -> GemConfig:
+        """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`."""
         cfg = GemConfig.from_preset(preset)
         if overrides_path:
             with open(overrides_path) as fh:
                 cfg = GemConfig.from_dict(json.load(fh), base=cfg)
+        if data_source:
+            cfg = GemConfig.from_dict({"data": {"source": data_source}}, base=cfg)
         return cfg
 
     @staticmethod
     def from_env() -> GemConfig:
-        """The preset named by GEM_PRESET (default `tiny`), optionally overridden by GEM_CONFIG (JSON file)."""
-        return GemConfig.load(os.environ.get("GEM_PRESET", "tiny"), os.environ.get("GEM_CONFIG") or None)
+        """GEM_PRESET (default `tiny`), overridden by GEM_CONFIG (a JSON file) and GEM_DATA_SOURCE."""
+        return GemConfig.load(os.environ.get("GEM_PRESET", "tiny"), os.environ.get("GEM_CONFIG") or None,
+                              os.environ.get("GEM_DATA_SOURCE") or None)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_jsonable(dataclasses.asdict(self))

@@ -1,6 +1,7 @@
 """Build every feature table for some days without Dagster: the batch entry point for a cluster.
 
     python -m jobs.build_features --preset small --days 2
+    python -m jobs.build_features --data-source taobao          # a real dataset (docs/datasets.md)
     spark-submit --master yarn jobs/build_features.py --preset medium   # GEM_SPARK_* pick the cluster
 
 Runs the same per-table jobs as the Dagster assets (`jobs.features.build`), in dependency order,
@@ -34,9 +35,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--config", help="JSON file of overrides")
+    parser.add_argument("--data-source", help="override data.source (synthetic, taobao, criteo, ...)")
     parser.add_argument("--days", type=int, help="only the first N days of the calendar")
     args = parser.parse_args(argv)
-    cfg = GemConfig.load(args.preset, args.config)
+    cfg = GemConfig.load(args.preset, args.config, args.data_source)
     paths = GemPaths.from_env()
     spark = build_spark_session()
 

@@ -35,3 +35,17 @@ def test_holdout_start_is_first_holdout_day():
     world = WorldConfig(start_date=date(2026, 11, 1), n_days=6, holdout_days=2)
     assert world.holdout_start == date(2026, 11, 5)
     assert world.days[-1] == date(2026, 11, 6)
+
+
+def test_data_source_is_validated_and_overridable(monkeypatch):
+    with pytest.raises(ValueError, match="data.source='kaggle' is not one of"):
+        GemConfig.from_dict({"data": {"source": "kaggle"}})
+    monkeypatch.setenv("GEM_DATA_SOURCE", "criteo")
+    assert GemConfig.from_env().data.source == "criteo"
+
+
+def test_presets_scale_up_to_long_sequences():
+    small, medium = GemConfig.from_preset("small"), GemConfig.from_preset("medium")
+    assert small.world.impressions_per_day * small.world.n_days == 1_000_000
+    assert medium.world.impressions_per_day * medium.world.n_days == 10_000_000
+    assert medium.features.max_seq_len == 8192

@@ -66,7 +66,7 @@ def test_dimension_duplicates_and_bad_keys(spark, tmp_path):
         [Row(user_id=1, age_bucket="18-24", country="US", device="ios"),
          Row(user_id=1, age_bucket="18-24", country="US", device="ios"),
          Row(user_id=None, age_bucket="65+", country="BR", device="web"),
-         Row(user_id=0, age_bucket="65+", country="BR", device="web")],
+         Row(user_id=-3, age_bucket="65+", country="BR", device="web")],
         "user_id bigint, age_bucket string, country string, device string")
     landing = land(spark, users, "bronze.users", paths, SURFACES)
     assert (landing.accepted, landing.rejected, landing.conserved) == (1, 3, True)

@@ -10,11 +10,13 @@ from gem_model.paths import GemPaths
 
 
 class LakeResource(dg.ConfigurableResource):
-    """`home` is the $GEM_HOME root; `preset` and optional `config_path` (JSON overrides) pick the config."""
+    """`home` is the $GEM_HOME root; `preset`, optional `config_path` (JSON overrides) and
+    `data_source` (overrides `data.source`) pick the config."""
 
     home: str
     preset: str = "tiny"
     config_path: str | None = None
+    data_source: str | None = None
 
     @staticmethod
     def from_env() -> "LakeResource":
@@ -22,6 +24,7 @@ class LakeResource(dg.ConfigurableResource):
             home=str(GemPaths.from_env().home),
             preset=os.environ.get("GEM_PRESET", "tiny"),
             config_path=os.environ.get("GEM_CONFIG") or None,
+            data_source=os.environ.get("GEM_DATA_SOURCE") or None,
         )
 
     @property
@@ -30,7 +33,7 @@ class LakeResource(dg.ConfigurableResource):
 
     @property
     def config(self) -> GemConfig:
-        return GemConfig.load(self.preset, self.config_path)
+        return GemConfig.load(self.preset, self.config_path, self.data_source)
 
     def latest_model_version(self) -> str:
         return self.paths.latest_model_version()

@@ -25,7 +25,7 @@ class Rules:
     """What a bronze table requires of a raw row."""
 
     not_null: tuple[str, ...]
-    positive: tuple[str, ...] = ()
+    non_negative: tuple[str, ...] = ()
     unique: str | None = None  # rows after the first (in a deterministic order) with this key are rejected
     checks_surface: bool = False
     checks_partition: bool = False  # `ts` must fall on the partition's day
@@ -33,13 +33,13 @@ class Rules:
 
 
 RULES: dict[str, Rules] = {
-    "bronze.users": Rules(not_null=("user_id",), positive=("user_id",), unique="user_id"),
-    "bronze.ads": Rules(not_null=("ad_id",), positive=("ad_id", "advertiser_id"), unique="ad_id"),
+    "bronze.users": Rules(not_null=("user_id",), non_negative=("user_id",), unique="user_id"),
+    "bronze.ads": Rules(not_null=("ad_id",), non_negative=("ad_id", "advertiser_id"), unique="ad_id"),
     "bronze.events": Rules(not_null=("user_id", "item_id", "action", "surface", "ts"),
-                           positive=("user_id", "item_id"), checks_surface=True, checks_partition=True),
+                           non_negative=("user_id", "item_id"), checks_surface=True, checks_partition=True),
     "bronze.impressions": Rules(not_null=("impression_id", "user_id", "ad_id", "surface", "ts", "clicked",
                                           "converted"),
-                                positive=("user_id", "ad_id"), unique="impression_id", checks_surface=True,
+                                non_negative=("user_id", "ad_id"), unique="impression_id", checks_surface=True,
                                 checks_partition=True, checks_funnel=True),
 }
 
@@ -48,7 +48,7 @@ def rejection_reason(df: DataFrame, table: str, surfaces: tuple[str, ...], ds: d
     """The first rule of `table` each row breaks, or null for a good row."""
     rules = RULES[table]
     tests: list[tuple[str, Column]] = [(f"null_{c}", F.col(c).isNull()) for c in rules.not_null]
-    tests += [(f"negative_{c}", F.col(c) <= 0) for c in rules.positive]
+    tests += [(f"negative_{c}", F.col(c) < 0) for c in rules.non_negative]
     if rules.checks_surface:
         tests.append(("unknown_surface", ~F.col("surface").isin(*surfaces)))
     if rules.checks_partition:

@@ -24,7 +24,7 @@ def spread_over_days(df: DataFrame, order: list[Column], world: WorldConfig) -> 
     """
     span = world.n_days * 86400 - LEAD_SECONDS
     # One global window: fine at sample scale (thousands of rows), which is what these adapters read.
-    rank = F.row_number().over(Window.orderBy(*order)) - 1
+    rank = (F.row_number().over(Window.orderBy(*order)) - 1).cast("bigint")  # rank x seconds overflows int
     n = F.count(F.lit(1)).over(Window.partitionBy())
     start = F.to_timestamp(F.lit(world.start_date.isoformat()))
     with_rank = df.select("*", rank.alias("_rank"), n.alias("_n"))

@@ -1,0 +1,90 @@
+"""AliExpress Searching System (Tianchi 74690) as bronze rows, from the FuxiCTR and torch-rechub samples.
+
+All four files share one schema (search_id, 16 categorical, 63 numerical features, click,
+conversion) but no user or item id, and the features are unnamed. Within a search (same
+search_id in a file) `categorical_1..9` never change and `categorical_10..16` do, so the first
+nine are user/query fields and the last seven item fields. The ids hash those groups:
+`user_id` is a user/query profile (137 in the samples, most seen more than once) and `ad_id` an
+item profile (40), not an individual; adding the item-side numericals would make every row its
+own ad. search_id is renumbered per file, so it is kept as a feature, not used as an id. Rows
+carry no timestamp and are laid out in file order, train files before test files, so the test
+rows fill the last (holdout) days. There is no surface: every row is on `feed`.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import reduce
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from gem_model.config import GemConfig
+from jobs.sources.timeline import click_events, spread_over_days
+
+FOLDER = "aliexpress"
+FILES = ("fuxictr_tiny_mtl_train.csv", "torch_rechub_aliexpress_train_sample.csv",
+         "fuxictr_tiny_mtl_test.csv", "torch_rechub_aliexpress_test_sample.csv")
+USER_FIELDS = tuple(f"categorical_{i}" for i in range(1, 10))
+AD_FIELDS = tuple(f"categorical_{i}" for i in range(10, 17))
+NUMERICAL = tuple(f"numerical_{i}" for i in range(1, 64))
+SCHEMA = ", ".join(["search_id bigint", *[f"{c} bigint" for c in USER_FIELDS + AD_FIELDS],
+                    *[f"{c} double" for c in NUMERICAL], "click int", "conversion int"])
+SURFACE = "feed"
+
+
+def _hashed_id(fields: tuple[str, ...]) -> Column:
+    """A stable id in [1, 2^62] from `fields`; null when any of them is (identity unknown)."""
+    known = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in fields])
+    return F.when(known, F.pmod(F.xxhash64(*fields), F.lit(2**62)) + 1)
+
+
+class Source:
+    """The AliExpress samples as a `jobs.sources.Source`; behaviour events are the clicks."""
+
+    def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path) -> None:
+        self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
+
+    def _rows(self) -> DataFrame:
+        """All files' rows with `_file` (place in FILES), `_row` (0-based data row in the file), ids.
+
+        Scan partitions keep a file's lines in order, so the monotonic id numbers them.
+        """
+        files = [self.spark.read.csv(str(self.folder / name), schema=SCHEMA, header=True)
+                 .select("*", F.lit(i).alias("_file"), F.lit(f"aliexpress-{Path(name).stem}-").alias("_prefix"))
+                 for i, name in enumerate(FILES)]
+        row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
+        rows = reduce(DataFrame.unionByName, files).select("*", row.alias("_row"))
+        return rows.select("*", F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"),
+                           _hashed_id(USER_FIELDS).alias("user_id"), _hashed_id(AD_FIELDS).alias("ad_id"))
+
+    def impressions(self, ds: date) -> DataFrame:
+        """bronze.impressions (raw) of day `ds`, with search_id and the 63 numerical features as extras."""
+        rows = spread_over_days(self._rows(), [F.col("_file"), F.col("_row")], self.world)
+        return rows.where(F.col("ds") == F.lit(ds)).select(
+            "impression_id", "ts", "ds", "user_id", "ad_id", F.lit(SURFACE).alias("surface"),
+            F.lit(None).cast("int").alias("position"), (F.col("click") == 1).alias("clicked"),
+            (F.col("conversion") == 1).alias("converted"), F.lit(None).cast("double").alias("p_click"),
+            F.lit(None).cast("double").alias("p_convert"), "search_id", *NUMERICAL,
+        )
+
+    def events(self, ds: date) -> DataFrame:
+        """Behaviour events of day `ds`: the day's clicks (the samples have no behaviour log)."""
+        return click_events(self.impressions(ds))
+
+    def users(self) -> DataFrame:
+        """bronze.users: one row per user/query profile, its fields as extras (no age, country or device)."""
+        first = self._rows().groupBy("user_id").agg(
+            F.min_by(F.struct(*USER_FIELDS), F.struct("_file", "_row")).alias("u"))
+        return first.select(
+            "user_id", *[F.lit(None).cast("string").alias(c) for c in ("age_bucket", "country", "device")], "u.*")
+
+    def ads(self) -> DataFrame:
+        """bronze.ads: one row per item profile, its fields as extras (no advertiser, category, format)."""
+        first = self._rows().groupBy("ad_id").agg(F.min_by(F.struct(*AD_FIELDS), F.struct("_file", "_row")).alias("a"))
+        return first.select(
+            "ad_id", F.lit(None).cast("bigint").alias("advertiser_id"), F.lit(None).cast("bigint").alias("category"),
+            F.lit(None).cast("string").alias("ad_format"), F.lit(None).cast("string").alias("objective"), "a.*",
+        )
