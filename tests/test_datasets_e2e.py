@@ -18,7 +18,7 @@ from jobs.lake import read_table
 from jobs.sources import build_source, data_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
-OVERRIDES = {"world": {"n_days": 2, "holdout_days": 1}, "train": {"epochs": 1}}
+OVERRIDES = {"world": {"n_days": 2, "holdout_days": 1}}
 REAL = [s for s in DATA_SOURCES if s != "synthetic"]
 
 try:

@@ -21,6 +21,18 @@ def test_flat_index_returns_table_ids_and_exact_top_k():
     assert recall_at_k(index, vectors, ids, queries, 10) == 1.0
 
 
+def test_recall_counts_any_choice_among_tied_vectors_and_catches_wrong_ones():
+    rng = np.random.default_rng(2)
+    distinct = _unit(rng, 5, 8)
+    vectors = np.repeat(distinct, 20, axis=0)  # 5 embeddings, each shared by 20 ids
+    ids = rng.permutation(np.arange(1, 101)).astype(np.int64)
+    queries = distinct[:3]
+    index = build_index(vectors, ids, IndexConfig(factory="Flat"))
+    assert recall_at_k(index, vectors, ids, queries, 10) == 1.0  # every returned id ties the exact top-10
+    wrong = build_index(-vectors, ids, IndexConfig(factory="Flat"))  # returns the worst matches
+    assert recall_at_k(wrong, vectors, ids, queries, 10) == 0.0
+
+
 def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
     rng = np.random.default_rng(1)
     vectors, ids, queries = _unit(rng, 500, 8), np.arange(500, dtype=np.int64), _unit(rng, 50, 8)

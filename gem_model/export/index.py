@@ -47,13 +47,20 @@ def _set_search_params(index: faiss.Index, cfg: IndexConfig) -> None:
 
 
 def recall_at_k(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> float:
-    """Mean fraction of the exact top-k (brute-force inner product) that `index` returns."""
+    """Mean fraction of the exact top-k (brute-force inner product) that `index` returns.
+
+    Tie-aware: a returned vector counts when its exact score reaches the k-th best score, so among
+    equal scores (identical embeddings, e.g. users with the same features) any choice is correct.
+    """
     k = min(k, len(ids))
-    exact = np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :k]
-    exact_ids = ids[exact]
+    scores = queries @ vectors.T  # [Q, N]
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
     _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-    hits = [len(set(e) & set(f)) for e, f in zip(exact_ids, found)]
-    return float(np.mean(hits)) / k
+    order = np.argsort(ids)
+    rows = order[np.searchsorted(ids, found.clip(min=ids.min()), sorter=order)]  # found id -> vector row
+    found_scores = np.take_along_axis(scores, rows, axis=1)
+    hits = (found >= 0) & (found_scores >= kth[:, None] - 1e-5)
+    return float(hits.sum(axis=1).mean()) / k
 
 
 def read_index(directory: Path) -> tuple[faiss.Index, dict[str, Any]]:
