@@ -13,15 +13,13 @@ the test file fills the last (holdout) day. Mappings: docs/datasets.md.
 from __future__ import annotations
 
 from datetime import date
-from functools import reduce
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from gem_model.config import GemConfig
-from jobs.sources.timeline import click_events, spread_over_days
+from jobs.sources.timeline import click_events, numbered_csv_rows, spread_over_days
 
 FOLDER = "ali_ccp"
 FILES = ("ali_ccp_train_sample.csv", "ali_ccp_val_sample.csv", "ali_ccp_test_sample.csv")
@@ -45,16 +43,7 @@ class Source:
         self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
 
     def _rows(self) -> DataFrame:
-        """All files' rows with `_file` (place in FILES), `_row` (0-based data row in the file) and `impression_id`.
-
-        Scan partitions keep a file's lines in order, so the monotonic id numbers them.
-        """
-        files = [self.spark.read.csv(str(self.folder / name), schema=SCHEMA, header=True)
-                 .select("*", F.lit(i).alias("_file"), F.lit(f"ali_ccp-{Path(name).stem}-").alias("_prefix"))
-                 for i, name in enumerate(FILES)]
-        row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
-        rows = reduce(DataFrame.unionByName, files).select("*", row.alias("_row"))
-        return rows.select("*", F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"))
+        return numbered_csv_rows(self.spark, self.folder, "ali_ccp", dict.fromkeys(FILES, SCHEMA))
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`: user 101, item 205, surface from scenario 301."""

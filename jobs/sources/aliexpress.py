@@ -14,15 +14,13 @@ rows fill the last (holdout) days. There is no surface: every row is on `feed`.
 from __future__ import annotations
 
 from datetime import date
-from functools import reduce
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from gem_model.config import GemConfig
-from jobs.sources.timeline import click_events, spread_over_days
+from jobs.sources.timeline import click_events, derived_id, numbered_csv_rows, spread_over_days
 
 FOLDER = "aliexpress"
 FILES = ("fuxictr_tiny_mtl_train.csv", "torch_rechub_aliexpress_train_sample.csv",
@@ -35,12 +33,6 @@ SCHEMA = ", ".join(["search_id bigint", *[f"{c} bigint" for c in USER_FIELDS + A
 SURFACE = "feed"
 
 
-def _hashed_id(fields: tuple[str, ...]) -> Column:
-    """A stable id in [1, 2^62] from `fields`; null when any of them is (identity unknown)."""
-    known = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in fields])
-    return F.when(known, F.pmod(F.xxhash64(*fields), F.lit(2**62)) + 1)
-
-
 class Source:
     """The AliExpress samples as a `jobs.sources.Source`; behaviour events are the clicks."""
 
@@ -48,17 +40,9 @@ class Source:
         self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
 
     def _rows(self) -> DataFrame:
-        """All files' rows with `_file` (place in FILES), `_row` (0-based data row in the file), ids.
-
-        Scan partitions keep a file's lines in order, so the monotonic id numbers them.
-        """
-        files = [self.spark.read.csv(str(self.folder / name), schema=SCHEMA, header=True)
-                 .select("*", F.lit(i).alias("_file"), F.lit(f"aliexpress-{Path(name).stem}-").alias("_prefix"))
-                 for i, name in enumerate(FILES)]
-        row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
-        rows = reduce(DataFrame.unionByName, files).select("*", row.alias("_row"))
-        return rows.select("*", F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"),
-                           _hashed_id(USER_FIELDS).alias("user_id"), _hashed_id(AD_FIELDS).alias("ad_id"))
+        rows = numbered_csv_rows(self.spark, self.folder, "aliexpress", dict.fromkeys(FILES, SCHEMA))
+        return rows.select("*", derived_id(*map(F.col, USER_FIELDS)).alias("user_id"),
+                           derived_id(*map(F.col, AD_FIELDS)).alias("ad_id"))
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with search_id and the 63 numerical features as extras."""

@@ -12,15 +12,13 @@ time order, and these rows are its start), then DeepCTR's in file order. No surf
 from __future__ import annotations
 
 from datetime import date
-from functools import reduce
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from gem_model.config import GemConfig
-from jobs.sources.timeline import click_events, spread_over_days
+from jobs.sources.timeline import click_events, derived_id, numbered_csv_rows, spread_over_days
 
 FOLDER = "criteo_kaggle_dac"
 INTEGER = tuple(f"i{i}" for i in range(1, 14))
@@ -36,11 +34,6 @@ AD_FIELDS = ("c3", "c4", "c12", "c16", "c21", "c24")
 SURFACE = "feed"
 
 
-def _hashed_id(field: str) -> Column:
-    """A stable id in [1, 2^62] from `field`; null when the field is empty (identity unknown)."""
-    return F.when(F.col(field).isNotNull(), F.pmod(F.xxhash64(field), F.lit(2**62)) + 1)
-
-
 class Source:
     """The Criteo samples as a `jobs.sources.Source`; behaviour events are the clicks."""
 
@@ -48,17 +41,8 @@ class Source:
         self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
 
     def _rows(self) -> DataFrame:
-        """Both files' rows with `_file` (place in FILES), `_row` (0-based data row in the file), ids.
-
-        Scan partitions keep a file's lines in order, so the monotonic id numbers them.
-        """
-        files = [self.spark.read.csv(str(self.folder / name), schema=schema, header=True)
-                 .select("*", F.lit(i).alias("_file"), F.lit(f"criteo-{Path(name).stem}-").alias("_prefix"))
-                 for i, (name, schema) in enumerate(FILES.items())]
-        row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
-        rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), files).select("*", row.alias("_row"))
-        return rows.select("*", F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"),
-                           _hashed_id("c15").alias("user_id"), _hashed_id("c3").alias("ad_id"))
+        rows = numbered_csv_rows(self.spark, self.folder, "criteo", FILES)
+        return rows.select("*", derived_id(F.col("c15")).alias("user_id"), derived_id(F.col("c3")).alias("ad_id"))
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with Kaggle `id`, I1..I13 and C1..C26 as extras."""

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.config import GemConfig
-from jobs.sources.timeline import click_events, spread_over_days
+from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 FOLDER = "open_bandit_dataset"
 POLICIES = ("random", "bts")
@@ -38,14 +38,8 @@ def _log_schema(n_items: int) -> str:
                       *[f"user_item_affinity_{k} double" for k in range(n_items)]])
 
 
-def _hashed_id(*fields: Column) -> Column:
-    """A stable id in [1, 2^62] from `fields`; null when any of them is (identity unknown)."""
-    known = reduce(lambda a, b: a & b, [f.isNotNull() for f in fields])
-    return F.when(known, F.pmod(F.xxhash64(*fields), F.lit(2**62)) + 1)
-
-
 def _ad_id() -> Column:
-    return _hashed_id(F.col("campaign"), F.col("item_id"))
+    return derived_id(F.col("campaign"), F.col("item_id"))
 
 
 class Source:
@@ -64,7 +58,7 @@ class Source:
         return df.select(
             "*", *missing, F.lit(policy).alias("policy"), F.lit(campaign).alias("campaign"),
             F.concat(F.lit(f"open_bandit-{policy}-{campaign}-"), F.col("index").cast("string")).alias("impression_id"),
-            _hashed_id(*[F.col(c) for c in USER_FIELDS]).alias("user_id"), _ad_id().alias("ad_id"),
+            derived_id(*[F.col(c) for c in USER_FIELDS]).alias("user_id"), _ad_id().alias("ad_id"),
         )
 
     def _rows(self) -> DataFrame:
