@@ -2,7 +2,8 @@
 
 Definitions are built by `build_definitions`, called when Dagster loads the location, never at
 import time: the lake root and preset come from the environment (GEM_HOME, GEM_PRESET,
-GEM_CONFIG) or from the caller (tests pass their own resources).
+GEM_CONFIG), the launcher from GEM_LAUNCHER and GEM_LAUNCHER_CONFIG, or all from the caller
+(tests pass their own resources).
 """
 
 import dagster as dg
@@ -13,7 +14,7 @@ from dagster_project.defs.features.assets import build_feature_assets
 from dagster_project.defs.features.checks import build_feature_checks
 from dagster_project.defs.training.assets import teacher_model, teacher_model_metrics
 from dagster_project.resources.lake import LakeResource
-from dagster_project.resources.launchers import JobLauncher, LocalTorchrunLauncher
+from dagster_project.resources.launchers import JobLauncher, launcher_from_env
 from dagster_project.resources.spark import SparkResource
 
 
@@ -29,7 +30,8 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
         jobs=jobs,
         schedules=build_schedules(by_name),
         sensors=build_sensors(by_name, cfg),
-        resources={"lake": lake, "spark": spark or SparkResource(), "launcher": launcher or LocalTorchrunLauncher()},
+        resources={"lake": lake, "spark": spark or SparkResource(),
+                   "launcher": launcher or launcher_from_env(lake.home)},
     )
 
 
