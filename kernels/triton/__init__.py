@@ -1,0 +1,1 @@
+"""Triton implementations of the kernels; import these modules lazily, from the dispatching entry points only."""
