@@ -48,6 +48,10 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     assert "true_interest" not in out["a"] and "true_quality" not in out["a"]
     assert out["a"]["seq_actions"] == ["view", "view"]
     assert all(1 <= i < spec.by_name("ad_id").buckets for i in out["a"]["seq_item_idx"])
+    # 60 and 1,560 minutes before the impression: floor(log2(1 + minutes)) = 5 and 10.
+    assert out["a"]["seq_age_idx"] == [5, 10]
+    action = out["a"]["seq_action_idx"]
+    assert len(action) == 2 and action[0] == action[1] and 1 <= action[0] < spec.action_buckets
 
 
 def test_missing_dimension_rows_map_to_the_reserved_row(spark):

@@ -19,7 +19,8 @@ def _write_examples(spark, path, n):
         row = {f.idx_column: i % f.buckets for f in SPEC.features}
         rows.append(Row(impression_id=f"i{i:04d}", user_id=i, ad_id=i % 7, surface="feed",
                         ds=date(2026, 11, 1) + timedelta(days=i % 2), ts=datetime(2026, 11, 1),
-                        clicked=i % 3 == 0, converted=i % 9 == 0, seq_item_idx=list(range(i % 4)), **row))
+                        clicked=i % 3 == 0, converted=i % 9 == 0, seq_item_idx=list(range(i % 4)),
+                        seq_action_idx=[1] * (i % 4), seq_age_idx=[2] * (i % 4), **row))
     # Several files per day, so ranks can be given whole files.
     spark.createDataFrame(rows).repartition(5).write.format("delta").partitionBy("ds").save(str(path))
 
@@ -66,11 +67,21 @@ def test_ds_filter_selects_days(spark, tmp_path):
 
 
 def test_kjt_is_jagged_for_sequences_and_empty_for_absent_features():
-    table = pa.table({"ad_id_idx": [3, 4], "seq_item_idx": [[1, 2, 3], []]})
-    kjt = features_to_kjt(table, SPEC).to_dict()
-    assert kjt["ad_id"].lengths().tolist() == [1, 1] and kjt["ad_id"].values().tolist() == [3, 4]
-    assert kjt["seq_item_ids"].lengths().tolist() == [3, 0]
-    assert kjt["user_id"].lengths().tolist() == [0, 0]
+    table = pa.table({"ad_id_idx": [3, 4], "seq_item_idx": [[1, 2, 3], []], "seq_action_idx": [[5, 6, 7], []]})
+    kjt = features_to_kjt(table, SPEC)
+    assert kjt.keys() == list(SPEC.kjt_keys)
+    jts = kjt.to_dict()
+    assert jts["ad_id"].lengths().tolist() == [1, 1] and jts["ad_id"].values().tolist() == [3, 4]
+    assert jts["seq_item_ids"].lengths().tolist() == [3, 0]
+    assert jts["seq_action_idx"].values().tolist() == [5, 6, 7]
+    assert jts["seq_age_idx"].lengths().tolist() == [0, 0]
+    assert jts["user_id"].lengths().tolist() == [0, 0]
+
+
+def test_misaligned_sequence_side_column_is_an_error():
+    table = pa.table({"seq_item_idx": [[1, 2, 3], []], "seq_action_idx": [[5], [6]]})
+    with pytest.raises(ValueError, match="seq_action_idx is not aligned"):
+        features_to_kjt(table, SPEC)
 
 
 def test_missing_feature_column_names_the_fix(spark, tmp_path):

@@ -49,17 +49,28 @@ def ds_filter(start: date | None, end: date | None) -> pc.Expression | None:
     return expr
 
 
-def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
-    """KJT over every sparse feature plus the sequence; features absent from `table` are empty.
+def _jagged(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, lengths) of a list column; null lists are empty."""
+    arr = column.combine_chunks()
+    arr = pc.fill_null(arr, pa.scalar([], arr.type))
+    offsets = arr.offsets.to_numpy()
+    values = arr.values.to_numpy()[offsets[0]:offsets[-1]] if len(arr) else np.zeros(0, np.int64)
+    return values, np.diff(offsets).astype(np.int64)
 
-    Single-valued features come from `<name>_idx` columns (one id per row); the sequence from the
-    `seq_item_idx` list column (jagged). Empty features let one model embed users or ads alone.
+
+def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
+    """KJT over `spec.kjt_keys`; features absent from `table` are empty.
+
+    Single-valued features come from `<name>_idx` columns (one id per row); the sequence and its
+    per-event side columns from list columns (jagged, aligned). Empty features let one model
+    embed users or ads alone.
     """
     n = table.num_rows
+    names = set(table.column_names)
     keys, values, lengths = [], [], []
-    for feature in spec.features:
+    for feature in (*spec.pooled_features, spec.item_feature):
         keys.append(feature.name)
-        if feature.idx_column in table.column_names:
+        if feature.idx_column in names:
             col = table.column(feature.idx_column).combine_chunks()
             if col.null_count:
                 raise ValueError(f"column {feature.idx_column} has {col.null_count} nulls; fix the feature table")
@@ -67,15 +78,20 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
             lengths.append(np.ones(n, dtype=np.int64))
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
-    keys.append(spec.sequence_feature)
-    if spec.sequence_idx_column in table.column_names:
-        seq = table.column(spec.sequence_idx_column).combine_chunks()
-        seq = pc.fill_null(seq, pa.scalar([], seq.type))
-        offsets = seq.offsets.to_numpy()
-        values.append(seq.values.to_numpy()[offsets[0]:offsets[-1]] if len(seq) else np.zeros(0, np.int64))
-        lengths.append(np.diff(offsets).astype(np.int64))
-    else:
-        lengths.append(np.zeros(n, dtype=np.int64))
+    seq_lengths = None
+    for key, column in ((spec.sequence_feature, spec.sequence_idx_column),
+                        *((c, c) for c in spec.sequence_side_columns)):
+        keys.append(key)
+        if column in names:
+            vals, lens = _jagged(table.column(column))
+            if seq_lengths is not None and not np.array_equal(lens, seq_lengths):
+                raise ValueError(f"column {column} is not aligned with {spec.sequence_idx_column}; "
+                                 "rebuild the feature table")
+            seq_lengths = lens
+            values.append(vals)
+            lengths.append(lens)
+        else:
+            lengths.append(np.zeros(n, dtype=np.int64))
     flat = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
     return KeyedJaggedTensor.from_lengths_sync(
         keys=keys, values=torch.from_numpy(flat), lengths=torch.from_numpy(np.concatenate(lengths))
@@ -117,7 +133,8 @@ class ExampleStream:
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.dataset = open_delta(path, version)
         self.filter = ds_filter(start, end)
-        wanted = [f.idx_column for f in spec.features] + [spec.sequence_idx_column, *LABEL_COLUMNS, *KEY_COLUMNS]
+        wanted = [f.idx_column for f in spec.features] + [spec.sequence_idx_column, *spec.sequence_side_columns,
+                                                          *LABEL_COLUMNS, *KEY_COLUMNS]
         names = set(self.dataset.schema.names)
         missing = [c for c in wanted if c not in names]
         if missing:

@@ -65,7 +65,13 @@ def _histories(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     )
 
 
-def _sequence_columns(history: Column, spec: FeatureSpec) -> list[Column]:
+def age_bucket(event_ts: Column, as_of: Column, buckets: int) -> Column:
+    """floor(log2(1 + minutes from the event to `as_of`)), capped at `buckets - 1`: recency as a small id."""
+    minutes = F.greatest((F.unix_timestamp(as_of) - F.unix_timestamp(event_ts)) / 60.0, F.lit(0.0))
+    return F.least(F.floor(F.log2(minutes + 1.0)), F.lit(buckets - 1)).cast("bigint")
+
+
+def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list[Column]:
     """The sequence columns from a newest-first `history` array, truncated to `max_seq_len`."""
     table = spec.by_name(spec.sequence_table)
     recent = F.slice(F.coalesce(history, F.array()), 1, spec.max_seq_len)
@@ -75,13 +81,16 @@ def _sequence_columns(history: Column, spec: FeatureSpec) -> list[Column]:
         F.transform(recent, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
         F.transform(recent, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
         F.transform(items, lambda x: hashed(x, table.buckets)).alias(spec.sequence_idx_column),
+        F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias("seq_action_idx"),
+        F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias("seq_age_idx"),
     ]
 
 
 def user_sequences(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     """gold.user_sequences for `ds`: each active user's sequence as of the end of day `ds`."""
     history = _histories(events, spec, ds)
-    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec))
+    end_of_day = F.lit(f"{ds + timedelta(days=1)} 00:00:00").cast("timestamp")
+    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec, end_of_day))
 
 
 def _attributes(df: DataFrame, key: str, spec: FeatureSpec, side: str) -> DataFrame:
@@ -104,6 +113,6 @@ def training_examples(impressions: DataFrame, events: DataFrame, users: DataFram
     before = F.filter(F.coalesce(F.col("history"), F.array()), lambda e: e["ts"] < F.col("ts"))
     attributes = [f.name for f in spec.features if f.side != "context" and f.name not in ("user_id", "ad_id")]
     with_seq = joined.select(
-        *imps.columns, *attributes, *_sequence_columns(before, spec),
+        *imps.columns, *attributes, *_sequence_columns(before, spec, F.col("ts")),
     )
     return with_feature_indices(with_seq, spec, "user", "ad", "context")
