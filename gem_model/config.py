@@ -142,6 +142,12 @@ class FeatureSpec:
     sequence_table: str = "ad_id"
     max_seq_len: int = 256
     lookback_days: int = 14
+    # Per event, beside the item: its action (hashed) and its age before the impression, in
+    # buckets of log2(1 + minutes) (bucket 15 is ~23 days), the clock the sequence arch reads.
+    action_buckets: int = 16
+    age_buckets: int = 16
+    # The context feature that names the domain: the heads keep a tower per value.
+    domain_feature: str = "surface"
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -149,6 +155,8 @@ class FeatureSpec:
             raise ValueError(f"features: duplicate feature names in {names}")
         if self.sequence_table not in names:
             raise ValueError(f"features.sequence_table={self.sequence_table!r} is not one of {names}")
+        if self.domain_feature not in [f.name for f in self.side("context")]:
+            raise ValueError(f"features.domain_feature={self.domain_feature!r} must name a context feature")
 
     def by_name(self, name: str) -> SparseFeature:
         for f in self.features:
@@ -163,20 +171,125 @@ class FeatureSpec:
     def sequence_idx_column(self) -> str:
         return "seq_item_idx"
 
+    @property
+    def sequence_side_columns(self) -> dict[str, int]:
+        """Per-event side columns of the sequence (aligned with `seq_item_idx`) -> their bucket counts."""
+        return {"seq_action_idx": self.action_buckets, "seq_age_idx": self.age_buckets}
+
+    @property
+    def pooled_features(self) -> tuple[SparseFeature, ...]:
+        """Single-valued features with their own tables (everything but the item table)."""
+        return tuple(f for f in self.features if f.name != self.sequence_table)
+
+    @property
+    def kjt_keys(self) -> tuple[str, ...]:
+        """Key order of the model's input KJT: pooled features | target item, sequence | side columns.
+
+        Contiguous groups, so the sparse arch splits one KJT into the EmbeddingBagCollection's,
+        the EmbeddingCollection's and the sequence arch's inputs.
+        """
+        return (*(f.name for f in self.pooled_features), self.sequence_table, self.sequence_feature,
+                *self.sequence_side_columns)
+
+    @property
+    def domain(self) -> SparseFeature:
+        return self.by_name(self.domain_feature)
+
+    @property
+    def item_feature(self) -> SparseFeature:
+        """The feature whose table the sequence shares (the target ad looks up the same rows)."""
+        return self.by_name(self.sequence_table)
+
+
+ARCHITECTURES: tuple[str, ...] = ("gem", "dlrm", "dcnv2")
+
+
+@dataclass(frozen=True)
+class WukongConfig:
+    """Wukong interaction layers (arXiv 2403.02545), see `gem_model.modules.wukong`.
+
+    Each layer maps n embeddings to `n_fm` (factorization-machine block) + `n_lc` (linear
+    compress block) embeddings; `rank` is k, the columns of the low-rank FM projection, made
+    input-attentive when `attentive`.
+    """
+
+    n_fm: int = 8
+    n_lc: int = 8
+    rank: int = 8
+    mlp_dims: tuple[int, ...] = (128,)
+    attentive: bool = True
+
+
+@dataclass(frozen=True)
+class SequenceConfig:
+    """The pyramid of jagged attention layers over the behaviour sequence (`gem_model.modules.sequence`).
+
+    `pyramid[i]` is how many of the most recent tokens layer i keeps (the rest are pooled into
+    one summary token), so the layer count is `len(pyramid)`; `activation` is the generalized
+    dot-product attention's (softmax, or HSTU's pointwise silu). `n_cls` CLS tokens carry the
+    non-sequential summary in; `n_recent` most recent tokens go into the sequence summary.
+    """
+
+    dim: int = 32
+    heads: int = 2
+    pyramid: tuple[int, ...] = (64, 16)
+    activation: Literal["softmax", "silu"] = "softmax"
+    causal: bool = False
+    n_cls: int = 2
+    n_recent: int = 2
+    pffn_rank: int = 8
+
+    def __post_init__(self) -> None:
+        if self.activation not in ("softmax", "silu"):
+            raise ValueError(f"model.sequence.activation={self.activation!r} must be 'softmax' or 'silu'")
+        if self.dim % self.heads:
+            raise ValueError(f"model.sequence.dim={self.dim} must be divisible by heads={self.heads}")
+        if not self.pyramid or any(k < 1 for k in self.pyramid):
+            raise ValueError(f"model.sequence.pyramid={self.pyramid} needs at least one layer, each keeping >= 1 token")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """First multi-task model: two towers (user, ad) plus an interaction MLP; see gem_model.models."""
+    """The teacher (`architecture="gem"`) or a baseline (`dlrm`, `dcnv2`) in the same framework.
 
+    All share the sparse arch, the representation heads (user/ad towers -> `repr_dim` unit
+    vectors) and the multi-surface multi-task heads (`shared_dims`, then per-surface
+    `surface_dims`); they differ in the interaction arch. `use_wukong`, `use_sequence` and
+    `interleave` switch GEM's parts off for ablations (see gem_model.models.gem).
+    """
+
+    architecture: str = "gem"
     embedding_dim: int = 16
     tower_dims: tuple[int, ...] = (64,)
     repr_dim: int = 32
-    over_dims: tuple[int, ...] = (64, 32)
+    shared_dims: tuple[int, ...] = (128, 64)
+    surface_dims: tuple[int, ...] = (32,)
     tasks: tuple[str, ...] = TASKS
+    wukong: WukongConfig = field(default_factory=WukongConfig)
+    sequence: SequenceConfig = field(default_factory=SequenceConfig)
+    use_wukong: bool = True
+    use_sequence: bool = True
+    interleave: bool = True
+    dcn_layers: int = 3
+    dcn_rank: int = 16
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"model.architecture={self.architecture!r} is not one of {list(ARCHITECTURES)}")
+        if self.tasks != TASKS:
+            raise ValueError(f"model.tasks={self.tasks} must be {TASKS}: the heads model the funnel (ESMM)")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """Distributed training (`gem_model.train.trainer`, launched by `jobs/train.py` under torchrun).
+
+    `checkpoint_every_steps`: how often every rank writes a resumable checkpoint (model, both
+    optimizers, progress) with torch.distributed.checkpoint; a re-launched run continues from the
+    last complete one. `bf16` autocasts the dense forward on CUDA (ignored on CPU); `compile`
+    wraps the dense interaction arch in torch.compile.
+    """
+
     nproc: int = 2
     batch_size: int = 256
     epochs: int = 3
@@ -184,6 +297,11 @@ class TrainConfig:
     sparse_lr: float = 0.05
     retrieval_weight: float = 0.2
     temperature: float = 0.1
+    grad_clip: float = 1.0
+    checkpoint_every_steps: int = 100
+    log_every_steps: int = 20
+    bf16: bool = True
+    compile: bool = False
     seed: int = 0
 
 

@@ -1,10 +1,16 @@
-"""GemModel: the first multi-task teacher, composed of named parts.
+"""GemModel: the teacher (and, by `ModelConfig.architecture`, its baselines), from named parts.
 
-SparseArch (TorchRec embeddings) -> UserTower and AdTower (MLPs producing the exported,
-L2-normalised user and ad embeddings) -> OverArch (MLP over both embeddings, their product and
-the context) -> one logit per task. Tasks follow the funnel (ESMM): `ctr` = P(click | impression)
-and `cvr` = P(conversion | click), so P(conversion | impression) = ctr * cvr is defined on every
-impression. The loss lives in `gem_model.models.train_wrapper`.
+    SparseArch (TorchRec EBC + EC)
+      ├─ UserTower, AdTower -> unit user / ad embeddings [B, R] (representation heads: exported,
+      │                        trained with the in-batch retrieval loss in GemTrain)
+      └─ feature embeddings [B, F, D] + sequence
+           -> interaction arch: InterFormerArch (gem: Wukong x jagged attention pyramid,
+              interleaved), DLRMArch or DCNv2Arch (baselines)
+           -> MultiSurfaceHeads (shared + per-surface towers) -> logits [B, T]
+
+Tasks follow the funnel (ESMM): `ctr` = P(click | impression) and `cvr` = P(conversion | click),
+so P(conversion | impression) = ctr * cvr is defined on every impression. The loss lives in
+`gem_model.models.train_wrapper`.
 """
 
 from __future__ import annotations
@@ -17,16 +23,11 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import FeatureSpec, ModelConfig
-from gem_model.modules.sparse_arch import SparseArch
-
-
-def mlp(in_dim: int, dims: tuple[int, ...], out_dim: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for d in dims:
-        layers += [nn.Linear(in_dim, d), nn.ReLU()]
-        in_dim = d
-    layers.append(nn.Linear(in_dim, out_dim))
-    return nn.Sequential(*layers)
+from gem_model.models.baselines import DCNv2Arch, DLRMArch
+from gem_model.modules.heads import MultiSurfaceHeads
+from gem_model.modules.interformer import InterFormerArch
+from gem_model.modules.sparse_arch import SparseArch, SparseOutput
+from gem_model.modules.wukong import mlp
 
 
 @dataclass
@@ -36,35 +37,56 @@ class GemOutput:
     ad_embedding: torch.Tensor  # [B, R], unit norm
 
 
+def interaction_arch(spec: FeatureSpec, config: ModelConfig, n_features: int) -> nn.Module:
+    if config.architecture == "dlrm":
+        return DLRMArch(config, n_features)
+    if config.architecture == "dcnv2":
+        return DCNv2Arch(config, n_features)
+    return InterFormerArch(spec, config, n_features)
+
+
 class GemModel(nn.Module):
     def __init__(self, spec: FeatureSpec, config: ModelConfig, device: torch.device | None = None) -> None:
         super().__init__()
-        self.tasks = config.tasks
+        self.spec, self.tasks = spec, config.tasks
         d = config.embedding_dim
-        self.user_features = [f.name for f in spec.side("user")] + [spec.sequence_feature]
+        self.feature_names = [f.name for f in spec.features]
+        self.user_features = [f.name for f in spec.side("user")]
         self.ad_features = [f.name for f in spec.side("ad")]
-        self.context_features = [f.name for f in spec.side("context")]
         self.sparse_arch = SparseArch(spec, d, device=device)
-        self.user_tower = mlp(d * len(self.user_features), config.tower_dims, config.repr_dim)
+        # The user tower also reads the mean of the sequence's item embeddings.
+        self.user_tower = mlp(d * (len(self.user_features) + 1), config.tower_dims, config.repr_dim)
         self.ad_tower = mlp(d * len(self.ad_features), config.tower_dims, config.repr_dim)
-        over_in = 3 * config.repr_dim + d * len(self.context_features)
-        self.over_arch = mlp(over_in, config.over_dims, len(config.tasks))
+        self.interaction = interaction_arch(spec, config, len(self.feature_names))
+        self.heads = MultiSurfaceHeads(self.interaction.out_dim, config.shared_dims, config.surface_dims,
+                                       spec.domain.buckets, len(config.tasks))
 
-    def embed(self, pooled: dict[str, torch.Tensor], names: list[str], tower: nn.Module) -> torch.Tensor:
-        return F.normalize(tower(torch.cat([pooled[n] for n in names], dim=1)), dim=1)
+    def _user(self, sparse: SparseOutput) -> torch.Tensor:
+        parts = [sparse.pooled[n] for n in self.user_features] + [sparse.seq_mean]
+        return F.normalize(self.user_tower(torch.cat(parts, dim=1)), dim=1)
+
+    def _ad(self, sparse: SparseOutput) -> torch.Tensor:
+        return F.normalize(self.ad_tower(torch.cat([sparse.pooled[n] for n in self.ad_features], dim=1)), dim=1)
+
+    def _domain_ids(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        """[B] embedding-row id of each row's surface (the heads' domain)."""
+        jt = features[self.spec.domain.name]
+        lengths = jt.lengths()
+        if bool((lengths != 1).any()):
+            raise ValueError(f"every row needs exactly one {self.spec.domain.name!r} id to rank; "
+                             "embed users or ads alone with user_embedding() / ad_embedding()")
+        return jt.values()  # one id per row, in row order
 
     def forward(self, features: KeyedJaggedTensor) -> GemOutput:
-        pooled = self.sparse_arch(features)
-        user = self.embed(pooled, self.user_features, self.user_tower)
-        ad = self.embed(pooled, self.ad_features, self.ad_tower)
-        context = [pooled[n] for n in self.context_features]
-        logits = self.over_arch(torch.cat([user, ad, user * ad, *context], dim=1))
-        return GemOutput(logits=logits, user_embedding=user, ad_embedding=ad)
+        sparse = self.sparse_arch(features)
+        x = torch.stack([sparse.pooled[n] for n in self.feature_names], dim=1)  # [B, F, D]
+        logits = self.heads(self.interaction(x, sparse), self._domain_ids(features))
+        return GemOutput(logits=logits, user_embedding=self._user(sparse), ad_embedding=self._ad(sparse))
 
     def user_embedding(self, features: KeyedJaggedTensor) -> torch.Tensor:
         """[B, R] embeddings of the users in `features` (ad features may be empty)."""
-        return self.embed(self.sparse_arch(features), self.user_features, self.user_tower)
+        return self._user(self.sparse_arch(features))
 
     def ad_embedding(self, features: KeyedJaggedTensor) -> torch.Tensor:
         """[B, R] embeddings of the ads in `features` (user features may be empty)."""
-        return self.embed(self.sparse_arch(features), self.ad_features, self.ad_tower)
+        return self._ad(self.sparse_arch(features))

@@ -44,5 +44,9 @@ class GemTrain(nn.Module):
         if self.retrieval_weight > 0 and int(pairs.sum()) > 1:
             u, a = out.user_embedding[pairs], out.ad_embedding[pairs]
             scores = u @ a.T / self.temperature
-            loss = loss + self.retrieval_weight * F.cross_entropy(scores, torch.arange(len(u)))
+            loss = loss + self.retrieval_weight * F.cross_entropy(scores, torch.arange(len(u), device=u.device))
+        else:
+            # Same autograd graph on every rank even without pairs (a padding batch): DDP and the
+            # sharded embeddings' backward collectives must run in lockstep, or the ranks deadlock.
+            loss = loss + 0.0 * (out.user_embedding.sum() + out.ad_embedding.sum())
         return loss, out

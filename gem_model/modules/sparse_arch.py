@@ -1,46 +1,68 @@
 """SparseArch: the TorchRec embedding tables of the model, built from the shared FeatureSpec.
 
-One `EmbeddingBagCollection` (fbgemm table-batched embeddings once sharded by
-DistributedModelParallel) holds a table per sparse feature; the behaviour sequence shares the
-item table (`FeatureSpec.sequence_table`) and is mean-pooled. Output: one [B, D] tensor per
-feature name.
+Two collections, both fbgemm table-batched embeddings once DistributedModelParallel shards them
+(the planner picks table-, row- or column-wise per table): an `EmbeddingBagCollection` with one
+table per single-valued feature, and an `EmbeddingCollection` holding the item table, looked up
+by the target ad (`ad_id`) and, unpooled, by every event of the behaviour sequence, so history
+and candidate share one embedding space. The sequence's per-event side ids (action, age bucket)
+pass through for the sequence arch.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import FeatureSpec
 
 
-def table_configs(spec: FeatureSpec, embedding_dim: int) -> list[EmbeddingBagConfig]:
-    configs = []
-    for feature in spec.features:
-        names = [feature.name]
-        if feature.name == spec.sequence_table:
-            names.append(spec.sequence_feature)
-        configs.append(
-            EmbeddingBagConfig(
-                name=f"t_{feature.name}",
-                num_embeddings=feature.buckets,
-                embedding_dim=embedding_dim,
-                feature_names=names,
-                pooling=PoolingType.MEAN,
-            )
-        )
-    return configs
+@dataclass
+class SparseOutput:
+    pooled: dict[str, torch.Tensor]  # feature name -> [B, D]; zeros where a row lacks the feature
+    seq_values: torch.Tensor  # [L, D] item embeddings of the sequence events, newest first per row
+    seq_lengths: torch.Tensor  # [B] int64
+    seq_side: dict[str, torch.Tensor]  # side column -> [L] int64 ids, aligned with seq_values
+
+    @property
+    def seq_mean(self) -> torch.Tensor:
+        """[B, D] mean item embedding of each row's sequence (zeros for an empty one)."""
+        b = self.seq_lengths.numel()
+        rows = torch.repeat_interleave(torch.arange(b, device=self.seq_lengths.device), self.seq_lengths)
+        total = torch.zeros(b, self.seq_values.shape[1], dtype=self.seq_values.dtype,
+                            device=self.seq_values.device).index_add(0, rows, self.seq_values)
+        return total / self.seq_lengths.clamp(min=1).unsqueeze(1).to(total.dtype)
 
 
 class SparseArch(nn.Module):
     def __init__(self, spec: FeatureSpec, embedding_dim: int, device: torch.device | None = None) -> None:
         super().__init__()
-        self.feature_names = [f.name for f in spec.features] + [spec.sequence_feature]
-        self.ebc = EmbeddingBagCollection(tables=table_configs(spec, embedding_dim), device=device)
+        self.spec = spec
+        self.splits = [len(spec.pooled_features), 2, len(spec.sequence_side_columns)]
+        self.ebc = EmbeddingBagCollection(
+            tables=[EmbeddingBagConfig(name=f"t_{f.name}", num_embeddings=f.buckets, embedding_dim=embedding_dim,
+                                       feature_names=[f.name], pooling=PoolingType.SUM)
+                    for f in spec.pooled_features],
+            device=device,
+        )
+        item = spec.item_feature
+        self.ec = EmbeddingCollection(
+            tables=[EmbeddingConfig(name=f"t_{item.name}", num_embeddings=item.buckets, embedding_dim=embedding_dim,
+                                    feature_names=[item.name, spec.sequence_feature])],
+            device=device,
+        )
 
-    def forward(self, features: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
-        """features: KJT over `feature_names` (one id per row, the sequence jagged) -> name -> [B, D]."""
-        return self.ebc(features).to_dict()
+    def forward(self, features: KeyedJaggedTensor) -> SparseOutput:
+        """features: KJT over `spec.kjt_keys` (see gem_model.data.loader.features_to_kjt)."""
+        pooled_in, item_in, side_in = features.split(self.splits)
+        pooled = self.ebc(pooled_in).to_dict()  # SUM over 0 or 1 ids: the row, or zeros when absent
+        items = self.ec(item_in)
+        target, seq = items[self.spec.sequence_table], items[self.spec.sequence_feature]
+        pooled[self.spec.sequence_table] = target.to_padded_dense(desired_length=1).squeeze(1)
+        side = side_in.to_dict()
+        return SparseOutput(pooled=pooled, seq_values=seq.values(), seq_lengths=seq.lengths().long(),
+                            seq_side={name: side[name].values() for name in self.spec.sequence_side_columns})

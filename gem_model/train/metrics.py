@@ -2,6 +2,8 @@
 
 NE is the log loss divided by the entropy of the base rate (He et al., 2014): 1.0 means no
 better than predicting the average, lower is better. Calibration is mean prediction / mean label.
+The AUC's 95% interval uses the Hanley-McNeil (1982) standard error, which needs only the AUC
+and the class counts, so small samples say how little their AUC pins down.
 """
 
 from __future__ import annotations
@@ -50,9 +52,25 @@ def calibration(labels: np.ndarray, probs: np.ndarray) -> float:
     return float(np.mean(probs)) / mean_label if mean_label > 0 else math.nan
 
 
+def auc_interval(value: float, n_pos: int, n_neg: int, z: float = 1.96) -> tuple[float, float]:
+    """Hanley-McNeil 95% interval of an AUC, clipped to [0, 1]; NaN without both classes."""
+    if n_pos == 0 or n_neg == 0 or math.isnan(value):
+        return math.nan, math.nan
+    q1, q2 = value / (2 - value), 2 * value**2 / (1 + value)
+    var = (value * (1 - value) + (n_pos - 1) * (q1 - value**2) + (n_neg - 1) * (q2 - value**2)) / (n_pos * n_neg)
+    half = z * math.sqrt(max(var, 0.0))
+    return max(0.0, value - half), min(1.0, value + half)
+
+
 def binary_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    value = auc(labels, probs)
+    n_pos = int(np.sum(labels))
+    low, high = auc_interval(value, n_pos, len(labels) - n_pos)
     return {
-        "auc": auc(labels, probs),
+        "auc": value,
+        "auc_ci_low": low,
+        "auc_ci_high": high,
+        "log_loss": log_loss(labels, probs) if len(labels) else math.nan,
         "ne": normalized_entropy(labels, probs),
         "calibration": calibration(labels, probs),
         "rows": float(len(labels)),

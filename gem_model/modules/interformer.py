@@ -1,0 +1,117 @@
+"""InterFormerArch: GEM's interaction arch, Wukong and the sequence pyramid interleaved.
+
+Following InterFormer (Zeng et al., arXiv 2411.09852), the non-sequential arch (Wukong layers
+over the feature embeddings) and the sequence arch (the jagged attention pyramid) exchange
+summaries at every layer instead of meeting once at the top:
+
+    layer i:  cls_i, gate_i = NonSeqSummary_i(X_i)            # X_i [B, n_i, D]
+              S_{i+1}, c_i = SequenceLayer_i(S_i, cls_i, gate_i) # S jagged [L_i, Ds]
+              s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
+              X_{i+1} = Wukong_i(concat(X_i, s_i))
+
+The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_wukong=False`
+swaps each Wukong layer for an MLP layer of the same output shape; `interleave=False` runs the
+pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
+`use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gem_model.config import FeatureSpec, ModelConfig
+from gem_model.modules.sequence import (
+    SequenceLayer,
+    SequenceSummary,
+    SequenceTokenizer,
+    pyramid_max_lengths,
+)
+from gem_model.modules.sparse_arch import SparseOutput
+from gem_model.modules.wukong import WukongLayer, mlp
+
+
+class MLPLayer(nn.Module):
+    """The `use_wukong=False` stand-in: LN(MLP(flatten X) + residual), n_in -> n_out embeddings."""
+
+    def __init__(self, n_in: int, n_out: int, dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.n_out, self.dim = n_out, dim
+        self.mlp = mlp(n_in * dim, hidden, n_out * dim)
+        self.residual = nn.Linear(n_in * dim, n_out * dim, bias=False) if n_in != n_out else None
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.flatten(1)
+        residual = x if self.residual is None else self.residual(flat).view(-1, self.n_out, self.dim)
+        return self.norm(self.mlp(flat).view(-1, self.n_out, self.dim) + residual)
+
+
+class NonSeqSummary(nn.Module):
+    """X [B, n, D] -> (CLS tokens [B, C, Ds], PFFN gate [B, r]): the non-sequential side's message."""
+
+    def __init__(self, n_in: int, dim: int, config: ModelConfig) -> None:
+        super().__init__()
+        seq = config.sequence
+        self.n_cls, self.seq_dim = seq.n_cls, seq.dim
+        self.cls = nn.Linear(n_in * dim, seq.n_cls * seq.dim)
+        self.gate = nn.Linear(n_in * dim, seq.pffn_rank)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = x.flatten(1)
+        return self.cls(flat).view(-1, self.n_cls, self.seq_dim), self.gate(flat)
+
+
+class InterFormerArch(nn.Module):
+    def __init__(self, spec: FeatureSpec, config: ModelConfig, n_features: int) -> None:
+        super().__init__()
+        self.config = config
+        d, seq = config.embedding_dim, config.sequence
+        n_layers = len(seq.pyramid)
+        self.max_lengths = pyramid_max_lengths(spec, seq)
+        n_summary = seq.n_cls + 1 + seq.n_recent if config.use_sequence else 0
+        n_out = config.wukong.n_fm + config.wukong.n_lc
+        self.interleaved = config.use_sequence and config.interleave
+        joins_each_layer = n_summary if self.interleaved else 0
+        n_ins = [n_features + (0 if config.use_sequence else 1)] + [n_out] * (n_layers - 1)
+        self.interaction = nn.ModuleList([
+            WukongLayer(n + joins_each_layer, d, config.wukong) if config.use_wukong
+            else MLPLayer(n + joins_each_layer, n_out, d, config.wukong.mlp_dims)
+            for n in n_ins
+        ])
+        if config.use_sequence:
+            self.tokenizer = SequenceTokenizer(spec, d, seq.dim)
+            self.sequence = nn.ModuleList([SequenceLayer(seq, keep, personalised=self.interleaved)
+                                           for keep in seq.pyramid])
+            # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
+            n_summaries = n_layers if self.interleaved else 1
+            self.summaries = nn.ModuleList([SequenceSummary(seq, d) for _ in range(n_summaries)])
+            if self.interleaved:
+                self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
+            else:
+                self.cls = nn.Parameter(torch.randn(seq.n_cls, seq.dim) * 0.02)
+        self.out_dim = (n_out + n_summary) * d
+
+    def forward(self, x: torch.Tensor, sparse: SparseOutput) -> torch.Tensor:
+        """x [B, F, D] feature embeddings -> [B, out_dim]."""
+        if not self.config.use_sequence:
+            x = torch.cat([x, sparse.seq_mean.unsqueeze(1)], dim=1)
+            for layer in self.interaction:
+                x = layer(x)
+            return x.flatten(1)
+        tokens = self.tokenizer(sparse.seq_values, sparse.seq_side)
+        lengths, b = sparse.seq_lengths, x.shape[0]
+        for i, seq_layer in enumerate(self.sequence):
+            if self.interleaved:
+                cls, gate = self.messages[i](x)
+            else:
+                cls, gate = self.cls.expand(b, -1, -1), None
+            tokens, lengths, cls_out = seq_layer(tokens, lengths, self.max_lengths[i], cls, gate)
+            if self.interleaved:
+                summary = self.summaries[i](tokens, lengths, cls_out)
+                x = self.interaction[i](torch.cat([x, summary], dim=1))
+        if not self.interleaved:
+            for layer in self.interaction:
+                x = layer(x)
+            summary = self.summaries[0](tokens, lengths, cls_out)
+        return torch.cat([x.flatten(1), summary.flatten(1)], dim=1)

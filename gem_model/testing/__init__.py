@@ -1,0 +1,1 @@
+"""Test helpers shared by the test suite and benchmarks (never used by the pipeline)."""

@@ -1,0 +1,125 @@
+"""GEM's parts: jagged ops, Wukong, the sequence pyramid, the heads, and the assembled models."""
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+import torch
+
+from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongConfig
+from gem_model.data.loader import features_to_kjt
+from gem_model.models.gem import GemModel
+from gem_model.modules.heads import MultiSurfaceHeads
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
+from gem_model.modules.sequence import SequenceLayer
+from gem_model.modules.wukong import WukongLayer, low_rank_fm
+from gem_model.testing.examples import random_examples
+
+CFG = GemConfig()
+SPEC = CFG.features
+ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False}]
+
+
+def _column(values: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_concat_rows_interleaves_per_row():
+    a, a_len = _column([[1], [2], [3]]), torch.tensor([2, 0, 1])
+    b, b_len = _column([[10], [20], [30]]), torch.tensor([1, 2, 0])
+    out, lengths, a_at, b_at = concat_rows(a, a_len, b, b_len)
+    assert out.squeeze(1).tolist() == [1, 2, 10, 20, 30, 3]
+    assert lengths.tolist() == [3, 2, 1] and a_at.tolist() == [0, 1, 5] and b_at.tolist() == [2, 3, 4]
+
+
+def test_keep_first_pools_the_dropped_tail_and_first_tokens_pads_short_rows():
+    values, lengths = _column([[1], [2], [3], [4], [5]]), torch.tensor([4, 1])
+    kept, kept_len, dropped_mean, dropped = keep_first(values, lengths, 2)
+    assert kept.squeeze(1).tolist() == [1, 2, 5] and kept_len.tolist() == [2, 1]
+    assert dropped_mean.squeeze(1).tolist() == [3.5, 0.0] and dropped.tolist() == [True, False]
+    assert first_tokens(values, lengths, 2).squeeze(2).tolist() == [[1, 2], [5, 0]]
+
+
+def test_low_rank_fm_equals_pairwise_dot_products_times_y():
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 4, 3), torch.randn(4, 5)
+    explicit = torch.zeros(2, 4, 5)
+    for b in range(2):
+        for i in range(4):
+            for j in range(4):
+                explicit[b, i] += float(x[b, i] @ x[b, j]) * y[j]
+    assert torch.allclose(low_rank_fm(x, y), explicit, atol=1e-5)
+
+
+def test_wukong_layer_maps_n_embeddings_to_nf_plus_nl_normalised_ones():
+    layer = WukongLayer(n_in=7, dim=16, config=WukongConfig(n_fm=3, n_lc=5, rank=4))
+    out = layer(torch.randn(6, 7, 16))
+    assert out.shape == (6, 8, 16)
+    assert torch.allclose(out.mean(-1), torch.zeros(6, 8), atol=1e-5)  # LayerNorm over D
+
+
+def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
+    config = SequenceConfig(dim=8, heads=2, n_cls=2)
+    layer = SequenceLayer(config, keep=3, personalised=True)
+    lengths = torch.tensor([0, 2, 3, 7])
+    tokens, out_lengths, cls_out = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
+    assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
+
+
+def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:
+    return random_examples(SPEC, n, seed, max_len)
+
+
+VARIANTS = [("gem", a) for a in ABLATIONS] + [(arch, {}) for arch in ARCHITECTURES if arch != "gem"]
+
+
+@pytest.mark.parametrize("arch, ablation", VARIANTS)
+def test_every_variant_trains_every_dense_parameter(arch, ablation):
+    torch.manual_seed(0)
+    model = GemModel(SPEC, dataclasses.replace(CFG.model, architecture=arch, **ablation))
+    out = model(features_to_kjt(_batch(16), SPEC))
+    assert out.logits.shape == (16, 2) and torch.isfinite(out.logits).all()
+    (out.logits.sum() + (out.user_embedding * out.ad_embedding).sum()).backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []  # DDP needs no unused parameters
+
+
+@pytest.mark.parametrize("ablation", ABLATIONS)
+def test_a_rows_prediction_does_not_depend_on_the_rest_of_the_batch(ablation):
+    """Jagged all the way: no padding to the batch maximum leaks between rows."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, dataclasses.replace(CFG.model, **ablation)).eval()
+    table = _batch(6, seed=3, max_len=200)
+    together = model(features_to_kjt(table, SPEC)).logits
+    for i in range(6):
+        alone = model(features_to_kjt(table.slice(i, 1), SPEC)).logits
+        assert torch.allclose(alone, together[i:i + 1], atol=1e-5), i
+
+
+def test_surface_heads_keep_a_correction_per_surface():
+    torch.manual_seed(0)
+    heads = MultiSurfaceHeads(in_dim=8, shared_dims=(16,), surface_dims=(4,), n_surfaces=3, n_tasks=2)
+    h = torch.randn(1, 8).expand(3, 8)
+    assert torch.allclose(heads(h, torch.tensor([0, 1, 2])), heads(h, torch.tensor([0, 0, 0])))  # starts shared
+    with torch.no_grad():
+        heads.w2[1].fill_(1.0)
+    logits = heads(h, torch.tensor([0, 1, 2]))
+    assert torch.allclose(logits[0], logits[2]) and not torch.allclose(logits[0], logits[1])
+
+
+def test_ranking_needs_the_surface_but_embeddings_do_not():
+    model = GemModel(SPEC, CFG.model)
+    users = _batch(4).drop_columns(["surface_idx"])
+    with pytest.raises(ValueError, match="exactly one 'surface' id"):
+        model(features_to_kjt(users, SPEC))
+    assert model.user_embedding(features_to_kjt(users, SPEC)).shape == (4, CFG.model.repr_dim)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"architecture": "xgboost"}, "model.architecture"),
+    ({"sequence": {"pyramid": []}}, "pyramid"),
+    ({"sequence": {"activation": "relu"}}, "activation"),
+    ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
+])
+def test_model_config_errors_name_the_field(bad, match):
+    with pytest.raises(ValueError, match=match):
+        GemConfig.from_dict({"model": bad})
