@@ -10,7 +10,13 @@ Multi-node: run the same command on each node with `--nnodes N --node-rank I
 (nccl is chosen automatically on CUDA). Single process: `python jobs/train.py ...`.
 
 Training uses days before `world.holdout_start`; metrics are computed on the holdout days. When
-launched by Dagster Pipes, rank 0 streams its log lines and the final metrics to the Dagster run.
+launched by Dagster Pipes, rank 0 streams its log lines and the final metrics to the Dagster run;
+it also writes TensorBoard events to `<model-dir>/tensorboard` (`tensorboard --logdir`).
+
+Every `train.checkpoint_every_steps` steps all ranks write a resumable checkpoint under
+`<model-dir>.partial/resume`; launching the same command again after a crash or a kill resumes
+from the newest complete one and ends with the metrics an uninterrupted run would have. The
+model directory itself appears only when training has finished (renamed from `.partial`).
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
+from torch.utils.tensorboard import SummaryWriter
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import ExampleStream
 from gem_model.train.trainer import (
+    Checkpoints,
     build_sharded_model,
     finite,
     holdout_metrics,
@@ -77,13 +85,17 @@ def main(argv: list[str] | None = None) -> None:
         plan = {name: {t: s.sharding_type for t, s in module_plan.items()}
                 for name, module_plan in dmp.plan.plan.items()}
         log(f"sharding plan: {plan}")
-        epoch_losses = train_epochs(dmp, optimizer, train_stream, cfg, env, log)
-        scored = predict(dmp, holdout_stream, env)
-
         model_dir = args.model_dir
+        # Kept across launches: a re-run of the same version (same config and data) resumes here.
         staging = model_dir.with_name(model_dir.name + ".partial")
+        writer = SummaryWriter(str(staging / "tensorboard")) if env.rank == 0 else None
+        checkpoints = Checkpoints(staging / "resume", cfg.fingerprint)
+        result = train_epochs(dmp, optimizer, train_stream, cfg, env, log, checkpoints, writer)
+        epoch_losses = result.epoch_losses
+        scored = predict(dmp, holdout_stream, env, cfg)
+
         if env.rank == 0:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging / "checkpoint", ignore_errors=True)
         dist.barrier()
         save_checkpoint(dmp, staging / "checkpoint")
         dist.barrier()
@@ -101,9 +113,14 @@ def main(argv: list[str] | None = None) -> None:
                 "sharding_plan": plan,
                 "epoch_losses": epoch_losses,
                 "train_seconds": time.monotonic() - started,
+                "train_examples_per_second": result.examples_per_second,
                 "metrics": metrics,
             }
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            for name, value in metrics.items():
+                writer.add_scalar(f"holdout/{name}", value, len(epoch_losses))
+            writer.close()
+            shutil.rmtree(staging / "resume", ignore_errors=True)
             shutil.rmtree(model_dir, ignore_errors=True)
             staging.rename(model_dir)  # the model directory appears complete or not at all
             headline = {k: metrics[k] for k in ("ctr/auc", "ctr/ne", "cvr/auc", "cvr/ne") if k in metrics}

@@ -2,6 +2,11 @@
 
 import json
 import math
+import os
+import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,8 @@ from pyspark.sql import functions as F
 from dagster_project.definitions import build_definitions
 from dagster_project.demo import instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.launchers import LocalTorchrunLauncher
+from gem_model.config import GemConfig
 from gem_model.export.index import read_index
 from jobs.lake import read_table
 from jobs.table_contract import CONTRACT, schema_violations
@@ -141,3 +148,45 @@ def test_every_sql_query_returns_rows(pipeline, capsys, query):
     if query == "top_ads_for_user.sql":
         assert [r["rank"] for r in rows] == list(range(1, 11))
         assert all(a["score"] >= b["score"] for a, b in zip(rows, rows[1:]))
+
+
+def _train_command(lake, config_file: Path, model_dir: Path, data_version: int) -> list[str]:
+    data = lake.paths.table("gold.training_examples")
+    args = ["--config", str(config_file), "--data", str(data), "--data-version", str(data_version),
+            "--model-dir", str(model_dir)]
+    return LocalTorchrunLauncher().command("jobs/train.py", args, nproc=2)
+
+
+def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline, tmp_path):
+    """Kill both ranks after their first checkpoint, re-launch, and land on the teacher's exact metrics.
+
+    Checkpointing does not change the arithmetic, so the pipeline's teacher (same model, data,
+    seeds; no mid-run checkpoint) is the uninterrupted run.
+    """
+    lake, _, _ = pipeline
+    teacher = json.loads((lake.paths.model_dir(lake.latest_model_version()) / "manifest.json").read_text())
+    cfg = GemConfig.from_dict({"train": {"checkpoint_every_steps": 10}}, base=lake.config)
+    config_file = tmp_path / "config.json"
+    config_file.write_text(cfg.to_json())
+    model_dir = lake.paths.model_dir("resume-test")
+    # The teacher's Delta version: later tests rewrite partitions, which renames files and so reorders them.
+    command = _train_command(lake, config_file, model_dir, teacher["training_data"]["delta_version"])
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // 2))}  # as the launcher
+    first = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    resume_dir = model_dir.with_name(model_dir.name + ".partial") / "resume"
+    deadline = time.monotonic() + 300
+    while not list(resume_dir.glob("step-*/progress.json")) and first.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert not (model_dir / "manifest.json").exists(), "the run finished before it could be killed"
+    second = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert re.search(r"resumed from .*step-\d+ \(epoch \d, step [1-9]\d*\)", second.stdout), second.stdout[-2000:]
+    resumed = json.loads((model_dir / "manifest.json").read_text())
+    assert resumed["epoch_losses"] == pytest.approx(teacher["epoch_losses"], rel=1e-5)
+    for key in ("ctr/auc", "ctr/ne", "cvr/auc", "cvr/ne", "feed/ctr/auc"):
+        assert resumed["metrics"][key] == pytest.approx(teacher["metrics"][key], abs=1e-5), key
+    assert not (model_dir.with_name(model_dir.name + ".partial")).exists()

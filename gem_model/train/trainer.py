@@ -2,17 +2,23 @@
 
 Runs inside each torchrun worker (see `jobs/train.py`). Embedding tables are sharded by
 DistributedModelParallel with the planner's plan and updated by a fused row-wise Adagrad in the
-backward pass; the dense arches are data-parallel with Adam and gradient clipping. Rank 0 alone
-logs and writes the manifest; every rank takes part in the checkpoint (torch.distributed.checkpoint).
+backward pass; the dense arches are data-parallel (DDP) with Adam and gradient clipping, under
+bf16 autocast on CUDA and optionally torch.compile. Every rank takes part in the checkpoints
+(torch.distributed.checkpoint, resharded on load, so a resumed run may even change world size);
+rank 0 alone logs (stdout, Dagster Pipes, TensorBoard) and writes the manifest.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +27,7 @@ import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.utils.tensorboard import SummaryWriter
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv
 from torchrec.optim import CombinedOptimizer, KeyedOptimizerWrapper, RowWiseAdagrad
@@ -61,7 +68,10 @@ def init_distributed() -> DistEnv:
 
 def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelParallel, CombinedOptimizer]:
     torch.manual_seed(cfg.train.seed)  # same dense init on every rank; DDP also broadcasts it
-    train_module = GemTrain(GemModel(cfg.features, cfg.model, device=torch.device("meta")), cfg.train)
+    model = GemModel(cfg.features, cfg.model, device=torch.device("meta"))
+    if cfg.train.compile:
+        model.interaction = torch.compile(model.interaction, dynamic=True)
+    train_module = GemTrain(model, cfg.train)
     apply_optimizer_in_backward(
         RowWiseAdagrad, train_module.model.sparse_arch.parameters(), {"lr": cfg.train.sparse_lr}
     )
@@ -72,48 +82,137 @@ def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelP
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         lambda params: torch.optim.Adam(params, lr=cfg.train.dense_lr),
     )
+    torch.manual_seed(cfg.train.seed + env.rank)  # per-rank stream for anything random from here on
     return dmp, CombinedOptimizer([dmp.fused_optimizer, dense])
 
 
-def _forward(dmp: DistributedModelParallel, batch: Batch, device: torch.device) -> tuple[torch.Tensor, GemOutput]:
-    return dmp(batch.features.to(device), batch.clicked.to(device), batch.converted.to(device), batch.valid.to(device))
+def _forward(dmp: DistributedModelParallel, batch: Batch, env: DistEnv,
+             cfg: GemConfig) -> tuple[torch.Tensor, GemOutput]:
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.train.bf16 and env.device.type == "cuda"
+                else nullcontext())
+    with autocast:
+        return dmp(batch.features.to(env.device), batch.clicked.to(env.device), batch.converted.to(env.device),
+                   batch.valid.to(env.device))
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved beside each resumable checkpoint."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    steps_done: int = 0
+    epoch_losses: list[float] = field(default_factory=list)
+    loss_sum: float = 0.0  # over the current epoch's steps so far
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    epoch_losses: list[float]
+    examples_per_second: float  # all ranks together, padding rows included, over this launch's steps
+
+
+class Checkpoints:
+    """Resumable checkpoints under `root`/step-<N>: DCP shards of model + optimizers from every
+    rank, then `progress.json` from rank 0 once all shards are written, which marks it complete.
+    Only the newest complete checkpoint is kept; a half-written one is ignored and replaced."""
+
+    def __init__(self, root: Path, fingerprint: str) -> None:
+        self.root, self.fingerprint = root, fingerprint
+
+    def latest(self) -> tuple[Path, Progress] | None:
+        for directory in sorted(self.root.glob("step-*"), reverse=True):
+            marker = directory / "progress.json"
+            if marker.is_file():
+                data = json.loads(marker.read_text())
+                if data.pop("config_fingerprint") != self.fingerprint:
+                    raise ValueError(f"checkpoint {directory} was written by another config; delete {self.root} "
+                                     "to start over")
+                return directory, Progress(**data)
+        return None
+
+    def save(self, dmp: DistributedModelParallel, optimizer: CombinedOptimizer, progress: Progress,
+             env: DistEnv) -> Path:
+        directory = self.root / f"step-{progress.steps_done:08d}"
+        dcp.save({"model": dmp.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=str(directory))
+        dist.barrier()
+        if env.rank == 0:
+            record = {**dataclasses.asdict(progress), "config_fingerprint": self.fingerprint}
+            (directory / "progress.json").write_text(json.dumps(record))
+            for older in self.root.glob("step-*"):
+                if older != directory:
+                    shutil.rmtree(older, ignore_errors=True)
+        dist.barrier()
+        return directory
+
+    @staticmethod
+    def load(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, directory: Path) -> None:
+        optimizer.init_state()  # the state tensors DCP loads into (Adam's are created lazily otherwise)
+        state = {"model": dmp.state_dict(), "optimizer": optimizer.state_dict()}
+        dcp.load(state, checkpoint_id=str(directory))
+        dmp.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
 
 
 def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, stream: ExampleStream,
-                 cfg: GemConfig, env: DistEnv, log: Log) -> list[float]:
-    """Train for cfg.train.epochs; returns the mean loss of each epoch (rank 0's shard)."""
+                 cfg: GemConfig, env: DistEnv, log: Log, checkpoints: Checkpoints,
+                 writer: SummaryWriter | None = None) -> TrainResult:
+    """Train for cfg.train.epochs, resuming from the newest complete checkpoint if there is one.
+
+    Batches are deterministic per (seed, rank, epoch), so a resumed run skips the batches already
+    trained on and continues exactly where the checkpoint was taken. Returns the mean loss of
+    each epoch (rank 0's shard) and this launch's throughput.
+    """
+    tc = cfg.train
     dense_params = [p for _, p in in_backward_optimizer_filter(dmp.named_parameters())]
-    epoch_losses = []
-    steps_total, step, started = len(stream) * cfg.train.epochs, 0, time.monotonic()
-    for epoch in range(cfg.train.epochs):
+    progress = Progress()
+    resumed = checkpoints.latest()
+    if resumed is not None:
+        Checkpoints.load(dmp, optimizer, resumed[0])
+        progress = resumed[1]
+        log(f"resumed from {resumed[0]} (epoch {progress.epoch}, step {progress.steps_done})")
+    steps_total = len(stream) * tc.epochs
+    started, start_step = time.monotonic(), progress.steps_done
+    while progress.epoch < tc.epochs:
         dmp.train()
-        stream.set_epoch(epoch)
-        losses = []
-        for batch in stream:
-            loss, _ = _forward(dmp, batch, env.device)
+        stream.set_epoch(progress.epoch)
+        for i, batch in enumerate(stream):
+            if i < progress.step_in_epoch:
+                continue  # trained on before the checkpoint
+            loss, _ = _forward(dmp, batch, env, cfg)
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(dense_params, max_norm=1.0)
+            torch.nn.utils.clip_grad_norm_(dense_params, max_norm=tc.grad_clip)
             optimizer.step()
-            losses.append(float(loss.detach()))
-            step += 1
-            if env.rank == 0 and (step % 20 == 0 or step == steps_total):
+            progress.loss_sum += float(loss.detach())
+            progress.step_in_epoch, progress.steps_done = i + 1, progress.steps_done + 1
+            step = progress.steps_done
+            if env.rank == 0 and (step % tc.log_every_steps == 0 or step == steps_total):
                 elapsed = time.monotonic() - started
-                rate = step * cfg.train.batch_size * env.world_size / elapsed
-                eta = (steps_total - step) * elapsed / step
-                log(f"epoch {epoch} step {step}/{steps_total} loss {np.mean(losses[-20:]):.4f} "
+                rate = (step - start_step) * tc.batch_size * env.world_size / elapsed
+                eta = (steps_total - step) * elapsed / (step - start_step)
+                log(f"epoch {progress.epoch} step {step}/{steps_total} loss {float(loss):.4f} "
                     f"{rate:,.0f} examples/s ETA {eta:.0f}s")
-        epoch_losses.append(float(np.mean(losses)))
-    return epoch_losses
+                if writer is not None:
+                    writer.add_scalar("train/loss", float(loss), step)
+                    writer.add_scalar("train/examples_per_second", rate, step)
+            if step % tc.checkpoint_every_steps == 0 and step < steps_total:
+                checkpoints.save(dmp, optimizer, progress, env)
+        progress.epoch_losses.append(progress.loss_sum / max(progress.step_in_epoch, 1))
+        progress.epoch, progress.step_in_epoch, progress.loss_sum = progress.epoch + 1, 0, 0.0
+    seconds = time.monotonic() - started
+    examples = (progress.steps_done - start_step) * tc.batch_size * env.world_size
+    return TrainResult(progress.epoch_losses, examples / seconds if seconds > 0 else math.nan)
 
 
 @torch.no_grad()
-def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv) -> pa.Table | None:
+def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv,
+            cfg: GemConfig) -> pa.Table | None:
     """Score every valid row of `stream` on every rank; rank 0 gets all rows, others None."""
     dmp.eval()
     parts = []
     for batch in stream:
-        _, out = _forward(dmp, batch, env.device)
+        _, out = _forward(dmp, batch, env, cfg)
         p_ctr, p_ctcvr = esmm_probabilities(out.logits.float())
         keep = batch.valid.numpy()
         table = batch.table.filter(pa.array(keep))
