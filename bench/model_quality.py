@@ -1,0 +1,121 @@
+"""GEM against its baselines and ablations on one lake: holdout AUC / NE / calibration per task.
+
+    GEM_HOME=/tmp/gem-small python bench/model_quality.py --preset small
+    GEM_HOME=/tmp/gem-taobao python bench/model_quality.py --data-source taobao --variants gem,dlrm,dcnv2
+
+Builds the feature tables first when the lake has none (`jobs.build_features`), then trains each
+variant with the real training job (torchrun, `train.nproc` processes) on the same pinned Delta
+version and reads the holdout metrics from its manifest. Prints a markdown table (with the
+oracle's row on the synthetic world, the AUC's 95% interval and the positives) and writes JSON
+to --out. "gap closed" is (AUC - AUC_dlrm) / (AUC_oracle - AUC_dlrm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
+
+REPO = Path(__file__).resolve().parents[1]
+VARIANTS: dict[str, dict[str, Any]] = {
+    "gem": {},
+    "dlrm": {"architecture": "dlrm"},
+    "dcnv2": {"architecture": "dcnv2"},
+    "gem-no-wukong": {"use_wukong": False},
+    "gem-no-sequence": {"use_sequence": False},
+    "gem-no-interleaving": {"interleave": False},
+}
+TASKS = ("ctr", "cvr")
+
+
+def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int) -> dict[str, Any]:
+    variant = GemConfig.from_dict({"model": VARIANTS[name]}, base=cfg)
+    config_file = paths.staging / "bench" / f"{name}.json"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(variant.to_json())
+    model_dir = paths.model_dir(f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant.fingerprint}")
+    if not (model_dir / "manifest.json").is_file():
+        env = {**os.environ, "PYTHONWARNINGS": "ignore",
+               "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // variant.train.nproc))}
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={variant.train.nproc}", str(REPO / "jobs" / "train.py"),
+                   "--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
+                   "--data-version", str(data_version), "--model-dir", str(model_dir)]
+        subprocess.run(command, check=True, env=env, cwd=REPO)
+    return json.loads((model_dir / "manifest.json").read_text())
+
+
+def row(name: str, metrics: dict[str, float]) -> list[str]:
+    cells = [name]
+    for task in TASKS:
+        if f"{task}/auc" not in metrics:
+            cells += ["–"] * 4
+            continue
+        m = {k.removeprefix(f"{task}/"): v for k, v in metrics.items() if k.startswith(f"{task}/")}
+        cells += [f"{m['auc']:.4f} [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]", f"{m['ne']:.4f}",
+                  f"{m['calibration']:.3f}", f"{m['log_loss']:.4f}"]
+    return cells
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--data-source")
+    parser.add_argument("--config", help="JSON file of overrides applied to every variant")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    cfg = GemConfig.load(args.preset, args.config, args.data_source)
+    paths = GemPaths.from_env()
+    examples = paths.table("gold.training_examples")
+    if not (examples / "_delta_log").is_dir():
+        build = [sys.executable, "-m", "jobs.build_features", "--preset", args.preset]
+        build += ["--data-source", cfg.data.source] + (["--config", args.config] if args.config else [])
+        subprocess.run(build, check=True, cwd=REPO)
+    data_version = DeltaTable(str(examples)).version()
+    results: dict[str, Any] = {"preset": cfg.preset, "data_source": cfg.data.source, "variants": {}}
+    for name in args.variants.split(","):
+        started = time.monotonic()
+        manifest = train_variant(cfg, paths, name, data_version)
+        results["variants"][name] = {"metrics": manifest["metrics"], "train_seconds": manifest["train_seconds"],
+                                     "wall_seconds": time.monotonic() - started}
+    header = ["model"] + [f"{t} {m}" for t in TASKS for m in ("AUC [95% CI]", "NE", "calibration", "log loss")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    first = next(iter(results["variants"].values()))["metrics"]
+    for name, result in results["variants"].items():
+        lines.append("| " + " | ".join(row(name, result["metrics"])) + " |")
+    if "ctr/oracle_auc" in first:
+        oracle = ["oracle (true p)"] + [cell for t in TASKS for cell in
+                                        (f"{first[f'{t}/oracle_auc']:.4f}", f"{first[f'{t}/oracle_ne']:.4f}", "–", "–")]
+        lines.append("| " + " | ".join(oracle) + " |")
+    positives = {t: (int(first.get(f"{t}/positives", 0)), int(first.get(f"{t}/rows", 0))) for t in TASKS}
+    lines.append("")
+    lines.append("holdout: " + ", ".join(f"{t} {p:,} positives of {n:,} rows" for t, (p, n) in positives.items()))
+    if "dlrm" in results["variants"] and "ctr/oracle_auc" in first:
+        for task in TASKS:
+            dlrm = results["variants"]["dlrm"]["metrics"][f"{task}/auc"]
+            gap = first[f"{task}/oracle_auc"] - dlrm
+            closed = {n: (r["metrics"][f"{task}/auc"] - dlrm) / gap for n, r in results["variants"].items()}
+            results[f"{task}_gap_closed"] = closed
+            lines.append(f"{task} gap to the oracle closed vs DLRM: "
+                         + ", ".join(f"{n} {v:.0%}" for n, v in closed.items()))
+    table = "\n".join(lines)
+    print(table)
+    results["table"] = table
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

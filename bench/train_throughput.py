@@ -1,0 +1,74 @@
+"""Training throughput and the dense part's achieved FLOP/s against this machine's matmul peak.
+
+    GEM_HOME=/tmp/gem-small python bench/train_throughput.py --preset small
+
+Reads the training runs `bench/model_quality.py` left in $GEM_HOME/models (examples/s over the
+training steps, all ranks together, from each manifest), counts the dense FLOPs of one training
+step per example with torch.utils.flop_counter on a real batch (forward + backward of every
+matmul, bmm and attention; embedding lookups are memory-bound and not counted), and measures the
+peak as the best fp32 2048x2048 matmul rate with all cores. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from gem_model.config import GemConfig
+from gem_model.data.loader import ExampleStream
+from gem_model.models.gem import GemModel
+from gem_model.models.train_wrapper import GemTrain
+from gem_model.paths import GemPaths
+
+
+def matmul_peak(n: int = 2048, reps: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    best = float("inf")
+    for _ in range(reps):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best
+
+
+def dense_flops_per_example(cfg: GemConfig, paths: GemPaths) -> float:
+    stream = ExampleStream(paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size,
+                           end=cfg.world.holdout_start)
+    batch = next(iter(stream))
+    torch.manual_seed(0)
+    module = GemTrain(GemModel(cfg.features, cfg.model), cfg.train)
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = module(batch.features, batch.clicked, batch.converted, batch.valid)
+        loss.backward()
+    return counter.get_total_flops() / int(batch.valid.sum())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--data-source")
+    args = parser.parse_args(argv)
+    base = GemConfig.load(args.preset, data_source=args.data_source)
+    paths = GemPaths.from_env()
+    torch.set_num_threads(os.cpu_count() or 1)
+    peak = matmul_peak()
+    print(f"fp32 matmul peak on {os.cpu_count()} cores: {peak / 1e9:.1f} GFLOP/s\n")
+    print("| model | examples/s (training) | dense MFLOP / example | achieved GFLOP/s | of peak |")
+    print("|---|---|---|---|---|")
+    prefix = f"bench-{base.preset}-{base.data.source}-"
+    for manifest_path in sorted(paths.models.glob(f"{prefix}*/manifest.json")):
+        manifest = json.loads(manifest_path.read_text())
+        cfg = GemConfig.from_dict(manifest["config"])
+        rate = manifest["train_examples_per_second"]
+        flops = dense_flops_per_example(cfg, paths)
+        name = manifest_path.parent.name.removeprefix(prefix).rsplit("-", 1)[0]
+        print(f"| {name} | {rate:,.0f} | {flops / 1e6:.2f} | {flops * rate / 1e9:.2f} | {flops * rate / peak:.1%} |")
+
+
+if __name__ == "__main__":
+    main()
