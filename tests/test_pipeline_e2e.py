@@ -158,7 +158,7 @@ def _train_command(lake, config_file: Path, model_dir: Path, data_version: int) 
 
 
 def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline, tmp_path):
-    """Kill both ranks after their first checkpoint, re-launch, and land on the teacher's exact metrics.
+    """SIGKILL both ranks after their first checkpoint, re-launch, and land on the teacher's exact metrics.
 
     Checkpointing does not change the arithmetic, so the pipeline's teacher (same model, data,
     seeds; no mid-run checkpoint) is the uninterrupted run.
@@ -179,7 +179,10 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     while not list(resume_dir.glob("step-*/progress.json")) and first.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
         time.sleep(0.05)
-    os.killpg(first.pid, signal.SIGKILL)
+    # torchrun starts each worker in its own session: kill the workers and the agent, as a lost node would.
+    workers = Path(f"/proc/{first.pid}/task/{first.pid}/children").read_text().split()
+    for pid in [*map(int, workers), first.pid]:
+        os.kill(pid, signal.SIGKILL)
     first.wait()
     assert not (model_dir / "manifest.json").exists(), "the run finished before it could be killed"
     second = subprocess.run(command, env=env, capture_output=True, text=True)
