@@ -45,6 +45,7 @@ SURFACE_SHARE_LAST = {"feed": 0.3, "stories": 0.2, "reels": 0.3, "messaging": 0.
 OBJECTIVE_CLICK_BIAS = {"awareness": -0.2, "consideration": 0.1, "conversion": 0.0}
 OBJECTIVE_CVR_BIAS = {"awareness": -1.5, "consideration": -0.8, "conversion": 0.2}
 RECENCY_BOOST, RECENCY_HALF_LIFE_H = 1.0, 6.0
+POSITION_PENALTY = 0.2  # click logit lost per slot below the first
 _RESOLUTION = 1 << 40
 
 
@@ -140,6 +141,11 @@ class Source:
 
     def _trend(self, aid: Column) -> Column:
         return uniform(self.seed, "trend", aid) * 3.0 - 1.5
+
+    def drift(self, aid: Column, ds: date) -> Column:
+        """The ad's click-logit drift on day `ds`: its trend, scaled from -1/2 (first day) to +1/2 (last)."""
+        w = self.world
+        return self._trend(aid) * (self._day(ds) - (w.n_days - 1) / 2) / max(w.n_days - 1, 1)
 
     def _day(self, ds: date) -> int:
         day = (ds - self.world.start_date).days
@@ -262,10 +268,10 @@ class Source:
         match1 = (category == self._interest(uid, "primary")).cast("double")
         match2 = (category == self._interest(uid, "secondary")).cast("double")
         objective = self._objective(aid)
-        drift = self._trend(aid) * (day - (w.n_days - 1) / 2) / max(w.n_days - 1, 1)
+        drift = self.drift(aid, ds)
         click_logit = (-3.0 + 1.6 * match1 + 0.8 * match2 + _lookup(SURFACE_CLICK_BIAS, F.col("surface"))
                        + _lookup(OBJECTIVE_CLICK_BIAS, objective) + 0.7 * self._quality(aid) + drift + recency
-                       - 0.2 * (F.col("position") - 1))
+                       - POSITION_PENALTY * (F.col("position") - 1))
         cvr_logit = -1.2 + _lookup(OBJECTIVE_CVR_BIAS, objective) + 0.6 * match1 + 0.4 * self._quality(aid)
         labelled = placed.select(
             "*", _sigmoid(click_logit).alias("p_click"), _sigmoid(cvr_logit).alias("p_convert_given_click"),
