@@ -38,12 +38,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
 TASKS = ("ctr", "cvr")
 
 
+def variant_config(cfg: GemConfig, name: str) -> GemConfig:
+    return GemConfig.from_dict({"model": VARIANTS[name]}, base=cfg)
+
+
+def variant_version(cfg: GemConfig, name: str) -> str:
+    """The model version a variant trains into: the same config always maps to the same directory."""
+    return f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant_config(cfg, name).fingerprint}"
+
+
 def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int) -> dict[str, Any]:
-    variant = GemConfig.from_dict({"model": VARIANTS[name]}, base=cfg)
+    variant = variant_config(cfg, name)
     config_file = paths.staging / "bench" / f"{name}.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(variant.to_json())
-    model_dir = paths.model_dir(f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant.fingerprint}")
+    model_dir = paths.model_dir(variant_version(cfg, name))
     if not (model_dir / "manifest.json").is_file():
         env = {**os.environ, "PYTHONWARNINGS": "ignore",
                "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // variant.train.nproc))}

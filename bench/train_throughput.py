@@ -1,12 +1,14 @@
 """Training throughput and the dense part's achieved FLOP/s against this machine's matmul peak.
 
-    GEM_HOME=/tmp/gem-small python bench/train_throughput.py --preset small
+    GEM_HOME=/tmp/gem-small python bench/model_quality.py --preset small --config one_epoch.json
+    GEM_HOME=/tmp/gem-small python bench/train_throughput.py --preset small --config one_epoch.json
 
-Reads the training runs `bench/model_quality.py` left in $GEM_HOME/models (examples/s over the
-training steps, all ranks together, from each manifest), counts the dense FLOPs of one training
-step per example with torch.utils.flop_counter on a real batch (forward + backward of every
-matmul, bmm and attention; embedding lookups are memory-bound and not counted), and measures the
-peak as the best fp32 2048x2048 matmul rate with all cores. Prints a markdown table.
+Reads the training runs `bench/model_quality.py` left in $GEM_HOME/models for the same preset
+and overrides (examples/s over the training steps, all ranks together, from each manifest),
+counts the dense FLOPs of one training step per example with torch.utils.flop_counter on a real
+batch (forward + backward of every matmul, bmm and attention; embedding lookups are
+memory-bound and not counted), and measures the peak as the best fp32 2048x2048 matmul rate
+with all cores. Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import time
 
 import torch
+from model_quality import VARIANTS, variant_version  # bench/ is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
 from gem_model.config import GemConfig
@@ -52,23 +55,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--data-source")
+    parser.add_argument("--config", help="the overrides the runs were trained with")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args(argv)
-    base = GemConfig.load(args.preset, data_source=args.data_source)
+    base = GemConfig.load(args.preset, args.config, args.data_source)
     paths = GemPaths.from_env()
     torch.set_num_threads(os.cpu_count() or 1)
     peak = matmul_peak()
     print(f"fp32 matmul peak on {os.cpu_count()} cores: {peak / 1e9:.1f} GFLOP/s\n")
     print("| model | examples/s (training) | dense MFLOP / example | achieved GFLOP/s | of peak |")
     print("|---|---|---|---|---|")
-    prefix = f"bench-{base.preset}-{base.data.source}-"
-    for manifest_path in sorted(paths.models.glob(f"{prefix}*/manifest.json")):
+    for name in args.variants.split(","):
+        manifest_path = paths.model_dir(variant_version(base, name)) / "manifest.json"
+        if not manifest_path.is_file():
+            print(f"| {name} | not trained: run bench/model_quality.py with the same arguments first | | | |")
+            continue
         manifest = json.loads(manifest_path.read_text())
-        cfg = GemConfig.from_dict(manifest["config"])
         rate = manifest["train_examples_per_second"]
-        flops = dense_flops_per_example(cfg, paths)
-        name = manifest_path.parent.name.removeprefix(prefix).rsplit("-", 1)[0]
+        flops = dense_flops_per_example(GemConfig.from_dict(manifest["config"]), paths)
         print(f"| {name} | {rate:,.0f} | {flops / 1e6:.2f} | {flops * rate / 1e9:.2f} | {flops * rate / peak:.1%} |")
-
 
 if __name__ == "__main__":
     main()
