@@ -19,6 +19,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection, Embedding
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import FeatureSpec
+from gem_model.modules.jagged import row_ids, segment_mean
 
 
 @dataclass
@@ -31,11 +32,7 @@ class SparseOutput:
     @property
     def seq_mean(self) -> torch.Tensor:
         """[B, D] mean item embedding of each row's sequence (zeros for an empty one)."""
-        b = self.seq_lengths.numel()
-        rows = torch.repeat_interleave(torch.arange(b, device=self.seq_lengths.device), self.seq_lengths)
-        total = torch.zeros(b, self.seq_values.shape[1], dtype=self.seq_values.dtype,
-                            device=self.seq_values.device).index_add(0, rows, self.seq_values)
-        return total / self.seq_lengths.clamp(min=1).unsqueeze(1).to(total.dtype)
+        return segment_mean(self.seq_values, row_ids(self.seq_lengths), self.seq_lengths.numel())
 
 
 class SparseArch(nn.Module):

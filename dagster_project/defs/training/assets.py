@@ -41,7 +41,9 @@ def teacher_model(context: dg.AssetExecutionContext, spark: SparkResource, lake:
     metrics = manifest["metrics"]
     headline = {k: metrics[k] for k in sorted(metrics) if k.count("/") == 1 and not k.endswith(("rows", "positives"))}
     return dg.MaterializeResult(
-        metadata={"model_version": model_version, "training_data_version": data_version,
+        metadata={"model_version": model_version, "architecture": cfg.model.architecture,
+                  "training_data_version": data_version,
+                  "train_examples_per_second": manifest["train_examples_per_second"],
                   "path": dg.MetadataValue.path(str(model_dir)), **headline,
                   "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"])},
         data_version=dg.DataVersion(model_version),
