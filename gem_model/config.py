@@ -313,6 +313,10 @@ class IndexConfig:
     recall_k: int = 10
     recall_queries: int = 200
     hnsw_ef_search: int = 64
+    # Below this many vectors the index is exact (Flat): a graph index buys nothing at that size,
+    # and HNSW over inner product loses near-duplicate clusters (users with equal features:
+    # recall@10 0.0 on the Open Bandit sample's 337 users).
+    exact_below: int = 10_000
     min_recall: float = 0.9
 
 

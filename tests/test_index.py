@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from gem_model.config import IndexConfig
-from gem_model.export.index import build_index, publish_index, read_index, recall_at_k
+from gem_model.export.index import build_index, factory_for, publish_index, read_index, recall_at_k
 
 
 def _unit(rng, n, d):
@@ -40,15 +40,23 @@ def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
     from datetime import date
 
     for _ in range(2):  # publishing twice leaves one complete index
-        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(), "v1", date(2026, 11, 6),
-                                 "gold.ad_embeddings")
+        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1",
+                                 date(2026, 11, 6), "gold.ad_embeddings")
     index, read_back = read_index(directory)
     assert index.ntotal == 500 == read_back["row_count"] == manifest["row_count"]
     assert read_back["dimension"] == 8 and read_back["metric"] == "inner_product"
-    assert read_back["recall_at_10"] >= 0.9
+    assert read_back["recall_at_10"] >= 0.9 and read_back["factory"] == "HNSW32,Flat"
     assert sorted(p.name for p in directory.parent.iterdir()) == ["v1"]
 
 
 def test_duplicate_ids_are_rejected():
     with pytest.raises(ValueError, match="unique"):
         build_index(np.zeros((2, 4), np.float32), np.array([1, 1]), IndexConfig(factory="Flat"))
+
+
+def test_small_tables_get_an_exact_index_whatever_the_factory():
+    rng = np.random.default_rng(2)
+    vectors, ids = _unit(rng, 50, 8), np.arange(50, dtype=np.int64)
+    cfg = IndexConfig(factory="HNSW32,Flat", exact_below=100)
+    assert factory_for(50, cfg) == "Flat" and factory_for(100, cfg) == "HNSW32,Flat"
+    assert recall_at_k(build_index(vectors, ids, cfg), vectors, ids, -vectors, 10) == 1.0

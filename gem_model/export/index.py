@@ -2,9 +2,10 @@
 
 An index maps table ids (`ad_id`, `user_id`) to vectors with inner-product scoring, which is
 the score the model trains its embeddings for. The index type is a FAISS factory string
-(IndexConfig.factory). Recall@k is measured against exact inner-product search over the same
-vectors. The index is written to `<dir>.partial` and renamed into place, so a reader sees the
-previous version or the new one, never a half-written file.
+(IndexConfig.factory), built as exact `Flat` below `IndexConfig.exact_below` rows. Recall@k is
+measured against exact inner-product search over the same vectors. The index is written to
+`<dir>.partial` and renamed into place, so a reader sees the previous version or the new one,
+never a half-written file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from gem_model.config import IndexConfig
 INDEX_FILE = "index.faiss"
 
 
+def factory_for(rows: int, cfg: IndexConfig) -> str:
+    """The factory string actually built: `cfg.factory`, or exact `Flat` below `cfg.exact_below` rows."""
+    return "Flat" if rows < cfg.exact_below else cfg.factory
+
+
 def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> faiss.Index:
     """vectors [N, R] float32, ids [N] int64 -> a trained, filled inner-product index."""
     if vectors.ndim != 2 or len(vectors) != len(ids):
@@ -32,7 +38,8 @@ def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> faiss
     if len(np.unique(ids)) != len(ids):
         raise ValueError("ids must be unique: each table row is indexed once")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    index = faiss.index_factory(vectors.shape[1], f"IDMap,{cfg.factory}", faiss.METRIC_INNER_PRODUCT)
+    index = faiss.index_factory(vectors.shape[1], f"IDMap,{factory_for(len(vectors), cfg)}",
+                                faiss.METRIC_INNER_PRODUCT)
     if not index.is_trained:
         index.train(vectors)
     index.add_with_ids(vectors, ids.astype(np.int64))
@@ -95,7 +102,8 @@ def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, dir
         "source_table": source_table,
         "dimension": int(vectors.shape[1]),
         "metric": "inner_product",
-        "factory": cfg.factory,
+        "factory": factory_for(len(vectors), cfg),
+        "configured_factory": cfg.factory,
         "hnsw_ef_search": cfg.hnsw_ef_search,
         "row_count": int(index.ntotal),
         f"recall_at_{cfg.recall_k}": recall,
