@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
 
@@ -54,13 +54,11 @@ def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int)
     config_file.write_text(variant.to_json())
     model_dir = paths.model_dir(variant_version(cfg, name))
     if not (model_dir / "manifest.json").is_file():
-        env = {**os.environ, "PYTHONWARNINGS": "ignore",
-               "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // variant.train.nproc))}
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={variant.train.nproc}", str(REPO / "jobs" / "train.py"),
-                   "--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
-                   "--data-version", str(data_version), "--model-dir", str(model_dir)]
-        subprocess.run(command, check=True, env=env, cwd=REPO)
+        launcher, nproc = LocalTorchrunLauncher(), variant.train.nproc
+        args = ["--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
+                "--data-version", str(data_version), "--model-dir", str(model_dir)]
+        subprocess.run(launcher.command("jobs/train.py", args, nproc), check=True, env=launcher.environment(nproc),
+                       cwd=REPO)
     return json.loads((model_dir / "manifest.json").read_text())
 
 

@@ -171,7 +171,7 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     model_dir = lake.paths.model_dir("resume-test")
     # The teacher's Delta version: later tests rewrite partitions, which renames files and so reorders them.
     command = _train_command(lake, config_file, model_dir, teacher["training_data"]["delta_version"])
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // 2))}  # as the launcher
+    env = LocalTorchrunLauncher().environment(nproc=2)
     first = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     resume_dir = model_dir.with_name(model_dir.name + ".partial") / "resume"

@@ -60,10 +60,15 @@ class LocalTorchrunLauncher(JobLauncher):
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
         return [*torchrun, str(REPO_ROOT / script), *args]
 
-    def launch(self, context: dg.AssetExecutionContext, script: str, args: Sequence[str],
-               nproc: int) -> dg.PipesClientCompletedInvocation:
+    def environment(self, nproc: int) -> dict[str, str]:
+        """The workers' environment: this process's, quiet warnings, the cores split between the ranks."""
         env = {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning,ignore::UserWarning", **self.extra_env}
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+        return env
+
+    def launch(self, context: dg.AssetExecutionContext, script: str, args: Sequence[str],
+               nproc: int) -> dg.PipesClientCompletedInvocation:
+        env = self.environment(nproc)
         client = dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
         return client.run(context=context, command=self.command(script, args, nproc), env=env)
 

@@ -26,8 +26,8 @@ from gem_model.config import FeatureSpec, ModelConfig
 from gem_model.models.baselines import DCNv2Arch, DLRMArch
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.interformer import InterFormerArch
+from gem_model.modules.mlp import mlp
 from gem_model.modules.sparse_arch import SparseArch, SparseOutput
-from gem_model.modules.wukong import mlp
 
 
 @dataclass

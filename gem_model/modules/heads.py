@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gem_model.modules.wukong import mlp
+from gem_model.modules.mlp import mlp
 
 
 class MultiSurfaceHeads(nn.Module):

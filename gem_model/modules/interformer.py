@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from gem_model.config import FeatureSpec, ModelConfig
+from gem_model.modules.mlp import mlp
 from gem_model.modules.sequence import (
     SequenceLayer,
     SequenceSummary,
@@ -28,7 +29,7 @@ from gem_model.modules.sequence import (
     pyramid_max_lengths,
 )
 from gem_model.modules.sparse_arch import SparseOutput
-from gem_model.modules.wukong import WukongLayer, mlp
+from gem_model.modules.wukong import WukongLayer
 
 
 class MLPLayer(nn.Module):

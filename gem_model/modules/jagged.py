@@ -20,10 +20,10 @@ def row_ids(lengths: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
 
 
-def positions(lengths: torch.Tensor) -> torch.Tensor:
-    """[L] each token's position within its row (0 = first)."""
+def row_positions(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([L] the row of each token, [L] its position within the row, 0 = first)."""
     rows = row_ids(lengths)
-    return torch.arange(rows.numel(), device=lengths.device) - offsets_of(lengths)[rows]
+    return rows, torch.arange(rows.numel(), device=lengths.device) - offsets_of(lengths)[rows]
 
 
 def segment_mean(values: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
@@ -41,8 +41,10 @@ def concat_rows(a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor,
     """
     lengths = a_lengths + b_lengths
     starts = offsets_of(lengths)[:-1]
-    a_dest = starts[row_ids(a_lengths)] + positions(a_lengths)
-    b_dest = starts[row_ids(b_lengths)] + a_lengths[row_ids(b_lengths)] + positions(b_lengths)
+    a_rows, a_pos = row_positions(a_lengths)
+    b_rows, b_pos = row_positions(b_lengths)
+    a_dest = starts[a_rows] + a_pos
+    b_dest = starts[b_rows] + a_lengths[b_rows] + b_pos
     order = torch.empty(a.shape[0] + b.shape[0], dtype=torch.long, device=a.device)
     order[torch.cat([a_dest, b_dest])] = torch.arange(order.numel(), device=a.device)
     return torch.cat([a, b])[order], lengths, a_dest, b_dest
@@ -50,10 +52,10 @@ def concat_rows(a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor,
 
 def first_tokens(values: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
     """[B, n, D]: each row's first n tokens, zero-filled where a row is shorter."""
-    pos = positions(lengths)
+    rows, pos = row_positions(lengths)
     keep = pos < n
     out = values.new_zeros(lengths.numel(), n, values.shape[1])
-    return out.index_put((row_ids(lengths)[keep], pos[keep]), values[keep])
+    return out.index_put((rows[keep], pos[keep]), values[keep])
 
 
 def keep_first(values: torch.Tensor, lengths: torch.Tensor,
@@ -62,7 +64,7 @@ def keep_first(values: torch.Tensor, lengths: torch.Tensor,
 
     Returns (kept values, kept lengths [B], mean of the dropped tokens [B, D], rows_with_dropped [B] bool).
     """
-    pos, rows = positions(lengths), row_ids(lengths)
+    rows, pos = row_positions(lengths)
     keep = pos < k
     dropped_mean = segment_mean(values[~keep], rows[~keep], lengths.numel())
     return values[keep], lengths.clamp(max=k), dropped_mean, lengths > k

@@ -11,6 +11,7 @@ pass through for the sequence arch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ class SparseOutput:
     seq_lengths: torch.Tensor  # [B] int64
     seq_side: dict[str, torch.Tensor]  # side column -> [L] int64 ids, aligned with seq_values
 
-    @property
+    @cached_property
     def seq_mean(self) -> torch.Tensor:
         """[B, D] mean item embedding of each row's sequence (zeros for an empty one)."""
         return segment_mean(self.seq_values, row_ids(self.seq_lengths), self.seq_lengths.numel())

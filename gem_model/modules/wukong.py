@@ -16,16 +16,7 @@ import torch
 from torch import nn
 
 from gem_model.config import WukongConfig
-
-
-def mlp(in_dim: int, dims: tuple[int, ...], out_dim: int) -> nn.Sequential:
-    """Linear-ReLU stack ending in a plain Linear to `out_dim`."""
-    layers: list[nn.Module] = []
-    for d in dims:
-        layers += [nn.Linear(in_dim, d), nn.ReLU()]
-        in_dim = d
-    layers.append(nn.Linear(in_dim, out_dim))
-    return nn.Sequential(*layers)
+from gem_model.modules.mlp import mlp
 
 
 def low_rank_fm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
