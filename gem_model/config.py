@@ -174,7 +174,15 @@ class FeatureSpec:
     @property
     def sequence_side_columns(self) -> dict[str, int]:
         """Per-event side columns of the sequence (aligned with `seq_item_idx`) -> their bucket counts."""
-        return {"seq_action_idx": self.action_buckets, "seq_age_idx": self.age_buckets}
+        return {self.action_idx_column: self.action_buckets, self.age_idx_column: self.age_buckets}
+
+    @property
+    def action_idx_column(self) -> str:
+        return "seq_action_idx"
+
+    @property
+    def age_idx_column(self) -> str:
+        return "seq_age_idx"
 
     @property
     def pooled_features(self) -> tuple[SparseFeature, ...]:

@@ -73,7 +73,7 @@ def age_bucket(event_ts: Column, as_of: Column, buckets: int) -> Column:
 
 def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list[Column]:
     """The sequence columns from a newest-first `history` array, truncated to `max_seq_len`."""
-    table = spec.by_name(spec.sequence_table)
+    table = spec.item_feature
     recent = F.slice(F.coalesce(history, F.array()), 1, spec.max_seq_len)
     items = F.transform(recent, lambda e: e["item_id"])
     return [
@@ -81,8 +81,8 @@ def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list
         F.transform(recent, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
         F.transform(recent, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
         F.transform(items, lambda x: hashed(x, table.buckets)).alias(spec.sequence_idx_column),
-        F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias("seq_action_idx"),
-        F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias("seq_age_idx"),
+        F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
+        F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
     ]
 
 
