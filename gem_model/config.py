@@ -36,7 +36,7 @@ class WorldConfig:
     seed: int = 7
     start_date: date = date(2026, 11, 1)
     n_days: int = 6
-    holdout_days: int = 1
+    holdout_days: int = 2
     n_users: int = 400
     n_ads: int = 120
     n_categories: int = 12
@@ -136,6 +136,9 @@ class FeatureSpec:
         SparseFeature("ad_format", 16, "ad"),
         SparseFeature("objective", 16, "ad"),
         SparseFeature("surface", 16, "context"),
+        # The logged slot: known when training and when scoring logged impressions (teacher
+        # logits); null (row 0) where a source does not log it.
+        SparseFeature("position", 8, "context"),
     )
     # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
     sequence_feature: str = "seq_item_ids"
@@ -295,13 +298,17 @@ class TrainConfig:
     `checkpoint_every_steps`: how often every rank writes a resumable checkpoint (model, both
     optimizers, progress) with torch.distributed.checkpoint; a re-launched run continues from the
     last complete one. `bf16` autocasts the dense forward on CUDA (ignored on CPU); `compile`
-    wraps the dense interaction arch in torch.compile.
+    wraps the dense interaction arch in torch.compile. `dense_lr_schedule`: `cosine` decays the
+    dense learning rate from `dense_lr` to `dense_lr * min_lr_fraction` over the run (the last
+    steps then average out batch noise instead of chasing it); `constant` keeps it.
     """
 
     nproc: int = 2
     batch_size: int = 256
     epochs: int = 3
     dense_lr: float = 3e-3
+    dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
+    min_lr_fraction: float = 0.1
     sparse_lr: float = 0.05
     retrieval_weight: float = 0.2
     temperature: float = 0.1
@@ -312,20 +319,168 @@ class TrainConfig:
     compile: bool = False
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.dense_lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"train.dense_lr_schedule={self.dense_lr_schedule!r} must be 'constant' or 'cosine'")
+        if not 0.0 <= self.min_lr_fraction <= 1.0:
+            raise ValueError(f"train.min_lr_fraction={self.min_lr_fraction} must be in [0, 1]")
+
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """FAISS settings; `factory` is a FAISS index_factory string over inner-product vectors."""
+    """FAISS settings; `factory` is a FAISS index_factory string over inner-product vectors.
+
+    Supported families (`factory_family`): `Flat` (exact), IVF-Flat `IVF<nlist>,Flat`, IVF-PQ
+    `IVF<nlist>,PQ<m>` (m one-byte codes a vector; m must divide the vector dimension) and
+    `HNSW<M>,Flat`. IVF lists and PQ codebooks are k-means trained on at most `train_sample` rows,
+    drawn with a fixed seed; a search scans `nprobe` of the nlist lists (IVF) or keeps
+    `hnsw_ef_search` candidates (HNSW). `nlist` ~ 4 * sqrt(rows) is the usual starting point.
+    """
 
     factory: str = "HNSW32,Flat"
     recall_k: int = 10
     recall_queries: int = 200
     hnsw_ef_search: int = 64
+    nprobe: int = 32
+    # k-means wants >= 39 points a centroid (FAISS warns below, and subsamples above 256): 200k rows
+    # cover nlist = 4 * sqrt(N) up to N = 1.6M.
+    train_sample: int = 200_000
     # Below this many vectors the index is exact (Flat): a graph index buys nothing at that size,
     # and HNSW over inner product loses near-duplicate clusters (users with equal features:
     # recall@10 0.0 on the Open Bandit sample's 337 users).
     exact_below: int = 10_000
     min_recall: float = 0.9
+
+    def __post_init__(self) -> None:
+        for name in ("recall_k", "recall_queries", "hnsw_ef_search", "nprobe"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"index.{name}={getattr(self, name)} must be >= 1")
+        needed = self.min_train_rows(self.factory)
+        if self.train_sample < needed:
+            raise ValueError(
+                f"index.train_sample={self.train_sample} is below the {needed} k-means centroids "
+                f"index.factory={self.factory!r} trains; raise it to >= {39 * needed} (39 points a centroid) "
+                "or use fewer IVF lists"
+            )
+
+    @staticmethod
+    def factory_family(factory: str) -> str:
+        """`flat`, `ivf_flat`, `ivf_pq` or `hnsw`; a ValueError naming `index.factory` for anything else."""
+        head, _, tail = factory.partition(",")
+        if factory == "Flat":
+            return "flat"
+        if IndexConfig._count(head, "HNSW") and tail == "Flat":
+            return "hnsw"
+        if IndexConfig._count(head, "IVF") and tail == "Flat":
+            return "ivf_flat"
+        if IndexConfig._count(head, "IVF") and IndexConfig._count(tail, "PQ"):
+            return "ivf_pq"
+        raise ValueError(
+            f"index.factory={factory!r} is not a supported FAISS factory string; use one of: 'Flat' (exact), "
+            "'IVF<nlist>,Flat' (IVF-Flat, e.g. 'IVF1024,Flat'), 'IVF<nlist>,PQ<m>' (IVF-PQ, e.g. 'IVF1024,PQ16', "
+            "m dividing the vector dimension), 'HNSW<M>,Flat' (HNSW, e.g. 'HNSW32,Flat')"
+        )
+
+    @staticmethod
+    def min_train_rows(factory: str) -> int:
+        """Rows `factory` must be trained on: one per k-means centroid (nlist; 256 a PQ codebook), else 0."""
+        nlist = IndexConfig._count(factory.partition(",")[0], "IVF")
+        return {"flat": 0, "hnsw": 0, "ivf_flat": nlist, "ivf_pq": max(nlist, 256)}[IndexConfig.factory_family(factory)]
+
+    @staticmethod
+    def _count(part: str, prefix: str) -> int:
+        """n where `part` is `<prefix><n>` for a positive integer n, else 0."""
+        digits = part.removeprefix(prefix)
+        return int(digits) if part.startswith(prefix) and digits.isascii() and digits.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Batch scoring and candidate generation (`jobs/score.py`, the export assets).
+
+    Scoring runs `nproc` processes under torchrun, each streaming its share of the inputs' row
+    groups in chunks of `chunk_rows`; the users' scoring input is written by Spark as
+    `user_input_files` files so that every rank gets a share. `candidates_k` ads per user go to
+    gold.user_ad_candidates.
+    """
+
+    nproc: int = 2
+    chunk_rows: int = 4096
+    user_input_files: int = 8
+    candidates_k: int = 50
+    progress_every_chunks: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("nproc", "chunk_rows", "user_input_files", "candidates_k", "progress_every_chunks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"export.{name}={getattr(self, name)} must be at least 1")
+
+
+STUDENT_VARIANTS: tuple[str, ...] = ("labels", "kd", "adapter", "kd_embeddings", "adapter_no_embeddings")
+
+
+@dataclass(frozen=True)
+class StudentConfig:
+    """Per-surface student models distilled from the teacher (`gem_model.distill`, `jobs/train_student.py`).
+
+    Calendar: students train on the days after the teacher's training window (the world's holdout
+    days) except the last `eval_days`, on which they are evaluated; the Student Adapter is fit on
+    the freshest `adapter_days` of that training window, never on an evaluation day. A student is
+    an EmbeddingBagCollection over `features` (`embedding_dim` each) and an MLP (`dense_dims`) with
+    a click and a conversion logit, trained with Adam for up to `epochs` on all but a held-out
+    `validation_fraction` of its rows, whose label loss is checked `checks_per_epoch` times an
+    epoch to keep the best weights. `variants` name what is trained (`gem_model.distill.variants`):
+    `labels` (labels only), `kd` (+ distillation from the teacher's logits), `adapter` (+ the
+    Student Adapter's targets and the teacher's user/ad embeddings as inputs), and two ablations.
+    GEM embeddings of an impression on day d are read from the export of day d -
+    `embedding_lag_days`. The adapter's per-id logit offsets have a Gaussian prior (the L2 penalty
+    that shrinks ids seen a few times toward zero) whose standard deviation is chosen per task
+    from `adapter_prior_sds` by held-out log loss on a `validation_fraction` of its window.
+    """
+
+    features: tuple[str, ...] = ("user_id", "age_bucket", "country", "device", "ad_id", "advertiser_id",
+                                 "category", "ad_format", "objective", "position")
+    embedding_dim: int = 8
+    dense_dims: tuple[int, ...] = (64, 32)
+    variants: tuple[str, ...] = ("labels", "kd", "adapter")
+    eval_days: int = 1
+    adapter_days: int = 1
+    embedding_lag_days: int = 0
+    batch_size: int = 128
+    epochs: int = 3
+    checks_per_epoch: int = 4
+    validation_fraction: float = 0.1
+    lr: float = 3e-3
+    weight_decay: float = 1e-5
+    kd_weight: float = 1.0
+    temperature: float = 1.0
+    adapter_features: tuple[str, ...] = ("ad_id", "advertiser_id")
+    adapter_prior_sds: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.variants if v not in STUDENT_VARIANTS]
+        if unknown or not self.variants:
+            raise ValueError(f"student.variants={self.variants} must be a non-empty subset of {STUDENT_VARIANTS}")
+        for name in ("embedding_dim", "eval_days", "adapter_days", "batch_size", "epochs", "checks_per_epoch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"student.{name}={getattr(self, name)} must be >= 1")
+        if self.embedding_lag_days < 0:
+            raise ValueError(f"student.embedding_lag_days={self.embedding_lag_days} must be >= 0")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(f"student.validation_fraction={self.validation_fraction} must be in (0, 1)")
+        for name in ("lr", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"student.{name}={getattr(self, name)} must be > 0")
+        if not self.adapter_prior_sds or min(self.adapter_prior_sds) <= 0:
+            raise ValueError(f"student.adapter_prior_sds={self.adapter_prior_sds} must be non-empty and all > 0")
+        if self.kd_weight < 0 or self.weight_decay < 0:
+            raise ValueError(f"student.kd_weight={self.kd_weight} and student.weight_decay={self.weight_decay} "
+                             "must be >= 0")
+
+
+# GemConfig sections read only after the teacher is trained.
+DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 
 
 @dataclass(frozen=True)
@@ -337,6 +492,21 @@ class GemConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    student: StudentConfig = field(default_factory=StudentConfig)
+
+    def __post_init__(self) -> None:
+        # The student calendar (world.holdout_days > student.eval_days) is checked where students are
+        # trained (`gem_model.distill.data.StudentCalendar`): a teacher-only world with one holdout day is valid.
+        st, names = self.student, [f.name for f in self.features.features]
+        for group in ("features", "adapter_features"):
+            bad = [f for f in getattr(st, group) if f not in names or f == self.features.domain_feature]
+            if bad or not getattr(st, group):
+                raise ValueError(
+                    f"student.{group}={getattr(st, group)}: {bad or 'empty'}; each must name a features.features "
+                    f"entry other than the domain feature {self.features.domain_feature!r} (one student per "
+                    f"value of it); choose from {[n for n in names if n != self.features.domain_feature]}"
+                )
 
     @staticmethod
     def from_preset(name: str) -> GemConfig:
@@ -374,7 +544,10 @@ class GemConfig:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:10]
+        """Hash of what the teacher is trained from; the export, index and student settings do not
+        rename (or invalidate the resumable checkpoints of) a teacher model version."""
+        teacher = {k: v for k, v in self.to_dict().items() if k not in DOWNSTREAM_SECTIONS}
+        return hashlib.sha256(json.dumps(teacher, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _to_jsonable(value: Any) -> Any:
@@ -426,7 +599,7 @@ PRESETS: dict[str, GemConfig] = {
         preset="small",
         world=WorldConfig(n_days=8, n_users=5000, n_ads=1000, n_categories=24, n_advertisers=200,
                           impressions_per_day=125_000),
-        features=FeatureSpec(features=_buckets(16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16), max_seq_len=1024),
+        features=FeatureSpec(features=_buckets(16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16, 8), max_seq_len=1024),
         train=TrainConfig(epochs=2, batch_size=512),
     ),
     # ~10M impressions, sequences up to 8,192 events.
@@ -434,7 +607,7 @@ PRESETS: dict[str, GemConfig] = {
         preset="medium",
         world=WorldConfig(n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000,
                           impressions_per_day=1_000_000),
-        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16), max_seq_len=8192),
+        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16, 8), max_seq_len=8192),
         train=TrainConfig(epochs=1, batch_size=2048),
     ),
 }

@@ -2,6 +2,7 @@
 
 One root (default `./lakehouse`, or `$GEM_HOME`) holds Delta tables under `lake/<layer>/<table>`,
 models under `models/<model_version>`, FAISS indexes under `indexes/<name>/<model_version>`,
+distilled students under `students/<student_version>`,
 scratch space for jobs under `staging/` and, unless `DAGSTER_HOME` is set, Dagster's instance.
 """
 
@@ -74,6 +75,9 @@ class GemPaths:
 
     def index_dir(self, name: str, model_version: str) -> Path:
         return self.home / "indexes" / name / model_version
+
+    def student_dir(self, student_version: str) -> Path:
+        return self.home / "students" / student_version
 
     @property
     def staging(self) -> Path:

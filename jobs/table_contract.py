@@ -60,6 +60,26 @@ CONTRACT: dict[str, TableContract] = {
                                           "surface": "string", "ds": "date", "model_version": "string",
                                           "ctr_logit": "float", "cvr_logit": "float"},
                                          ("impression_id", "model_version"), ("model_version", "ds")),
+    # Top-k ads per user from the ads index: score = inner product of the two exported embeddings.
+    "gold.user_ad_candidates": TableContract({"user_id": "bigint", "ad_id": "bigint", "rank": "int",
+                                              "score": "float", "model_version": "string", "ds": "date"},
+                                             ("user_id", "ad_id", "model_version"), ("model_version", "ds")),
+    # One row per index build (the published manifest's numbers), replaced when a build is re-run.
+    "gold.index_builds": TableContract({"index_name": "string", "model_version": "string", "ds": "date",
+                                        "factory": "string", "configured_factory": "string",
+                                        "dimension": "int", "row_count": "bigint", "recall_at_k": "double",
+                                        "k": "int", "queries_per_second": "double", "build_seconds": "double",
+                                        "sha256": "string", "created_at": "timestamp"},
+                                       ("index_name", "model_version", "ds"), ("index_name", "model_version", "ds")),
+    # One row per (variant, surface or 'all', task) of a student version's evaluation days; the
+    # references `teacher`, `teacher_adapted` and `oracle` are scored on the same rows.
+    "gold.student_metrics": TableContract({"student_version": "string", "model_version": "string",
+                                           "eval_start": "date", "eval_end": "date", "created_at": "timestamp",
+                                           "variant": "string", "surface": "string", "task": "string",
+                                           "auc": "double", "ne": "double", "calibration": "double",
+                                           "log_loss": "double", "rows": "bigint", "positives": "bigint"},
+                                          ("student_version", "variant", "surface", "task"),
+                                          ("model_version", "student_version")),
 }
 
 

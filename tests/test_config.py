@@ -3,7 +3,7 @@ from datetime import date
 
 import pytest
 
-from gem_model.config import GemConfig, WorldConfig
+from gem_model.config import GemConfig, TrainConfig, WorldConfig
 
 
 def test_presets_round_trip_through_json():
@@ -17,6 +17,8 @@ def test_partial_override_keeps_other_fields():
     assert cfg.world.n_days == 4 and cfg.world.start_date == date(2026, 1, 1)
     assert cfg.train.epochs == 1 and cfg.train.batch_size == GemConfig().train.batch_size
     assert cfg.fingerprint != GemConfig().fingerprint
+    downstream = GemConfig.from_dict({"index": {"nprobe": 8}, "export": {"nproc": 4}, "student": {"epochs": 9}})
+    assert downstream.fingerprint == GemConfig().fingerprint  # the teacher's version does not change
 
 
 def test_unknown_key_names_the_path_and_valid_keys():
@@ -49,3 +51,15 @@ def test_presets_scale_up_to_long_sequences():
     assert small.world.impressions_per_day * small.world.n_days == 1_000_000
     assert medium.world.impressions_per_day * medium.world.n_days == 10_000_000
     assert medium.features.max_seq_len == 8192
+
+
+def test_cosine_dense_lr_decays_monotonically_from_dense_lr_to_its_floor():
+    from gem_model.train.trainer import dense_lr
+
+    tc = TrainConfig(dense_lr=0.01, min_lr_fraction=0.1)
+    rates = [dense_lr(tc, step, 50) for step in range(50)]
+    assert rates[0] == pytest.approx(0.01) and rates[-1] == pytest.approx(0.001)
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert dense_lr(TrainConfig(dense_lr=0.01, dense_lr_schedule="constant"), 49, 50) == 0.01
+    with pytest.raises(ValueError, match="train.dense_lr_schedule"):
+        TrainConfig(dense_lr_schedule="step")

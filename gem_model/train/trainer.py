@@ -34,7 +34,7 @@ from torchrec.optim import CombinedOptimizer, KeyedOptimizerWrapper, RowWiseAdag
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from gem_model.config import GemConfig
+from gem_model.config import GemConfig, TrainConfig
 from gem_model.data.loader import Batch, ExampleStream
 from gem_model.models.gem import GemModel, GemOutput
 from gem_model.models.train_wrapper import GemTrain, esmm_probabilities
@@ -154,6 +154,14 @@ class Checkpoints:
         optimizer.load_state_dict(state["optimizer"])
 
 
+def dense_lr(tc: TrainConfig, step: int, steps_total: int) -> float:
+    """The dense learning rate of step `step` (0-based) of `steps_total`."""
+    if tc.dense_lr_schedule == "constant":
+        return tc.dense_lr
+    floor = tc.dense_lr * tc.min_lr_fraction
+    return floor + (tc.dense_lr - floor) * 0.5 * (1 + math.cos(math.pi * step / max(steps_total - 1, 1)))
+
+
 def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, stream: ExampleStream,
                  cfg: GemConfig, env: DistEnv, log: Log, checkpoints: Checkpoints,
                  writer: SummaryWriter | None = None) -> TrainResult:
@@ -165,6 +173,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
     """
     tc = cfg.train
     dense_params = [p for _, p in in_backward_optimizer_filter(dmp.named_parameters())]
+    dense_optimizer = next(opt for _, opt in optimizer.optimizers if opt is not dmp.fused_optimizer)
     progress = Progress()
     resumed = checkpoints.latest()
     if resumed is not None:
@@ -183,6 +192,8 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(dense_params, max_norm=tc.grad_clip)
+            for group in dense_optimizer.param_groups:  # a function of the step: resumes exactly
+                group["lr"] = dense_lr(tc, progress.steps_done, steps_total)
             optimizer.step()
             progress.loss_sum += float(loss.detach())
             progress.step_in_epoch, progress.steps_done = i + 1, progress.steps_done + 1
