@@ -1,13 +1,47 @@
+from datetime import date
+
+import faiss
 import numpy as np
 import pytest
 
-from gem_model.config import IndexConfig
+from gem_model.config import GemConfig, IndexConfig
 from gem_model.export.index import build_index, factory_for, publish_index, read_index, recall_at_k
 
 
 def _unit(rng, n, d):
     x = rng.standard_normal((n, d)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _clustered(rng, centers, n):
+    """Unit vectors scattered around `centers`, like embeddings of users or ads that share features."""
+    x = centers[rng.integers(len(centers), size=n)] + 1.2 * rng.standard_normal((n, centers.shape[1])) / np.sqrt(
+        centers.shape[1])
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_faiss_thread():
+    """Indexes this small train and search faster on one OpenMP thread than on a shared two-core box."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def table():
+    """10k clustered vectors [N, 16] with shuffled table ids, and 200 queries from the same clusters."""
+    rng = np.random.default_rng(0)
+    centers = _unit(rng, 50, 16)
+    vectors, queries = _clustered(rng, centers, 10_000), _clustered(rng, centers, 200)
+    return vectors, 70_000 + rng.permutation(10_000).astype(np.int64), queries
+
+
+def _exact_overlap(found, vectors, ids, queries, k=10):
+    """Mean share of the exact top-k ids (numpy brute force; no ties in continuous data) found."""
+    exact = ids[np.argsort(-(queries @ vectors.T), axis=1)[:, :k]]
+    return float(np.mean([len(set(f) & set(e)) / k for f, e in zip(found, exact)]))
 
 
 def test_flat_index_returns_table_ids_and_exact_top_k():
@@ -19,6 +53,32 @@ def test_flat_index_returns_table_ids_and_exact_top_k():
     expected = ids[np.argsort(-(queries @ vectors.T), axis=1)[:, :5]]
     assert (found == expected).all()
     assert recall_at_k(index, vectors, ids, queries, 10) == 1.0
+
+
+@pytest.mark.parametrize(("factory", "params", "low", "high"), [
+    ("Flat", {}, 1.0, 1.0),
+    ("IVF64,Flat", {"nprobe": 16}, 0.95, 1.0),
+    ("HNSW16,Flat", {"hnsw_ef_search": 64}, 0.97, 1.0),
+    ("IVF64,PQ4", {"nprobe": 16}, 0.3, 0.8),  # 4 bytes a 16-d vector: measured, and lower
+])
+def test_each_family_returns_table_ids_with_measured_recall(table, factory, params, low, high):
+    vectors, ids, queries = table
+    index = build_index(vectors, ids, IndexConfig(factory=factory, exact_below=0, **params))
+    assert index.ntotal == len(ids)
+    _, found = index.search(queries, 10)
+    assert np.isin(found, ids).all()  # table ids, never row numbers or -1
+    recall = _exact_overlap(found, vectors, ids, queries)
+    assert low <= recall <= high
+    assert recall_at_k(index, vectors, ids, queries, 10) == pytest.approx(recall, abs=1e-3)
+    if factory in ("Flat", "IVF64,Flat"):  # a stored vector's own list is the first one probed
+        assert (index.search(vectors[:100], 1)[1][:, 0] == ids[:100]).all()
+
+
+def test_ivf_recall_grows_with_nprobe(table):
+    vectors, ids, queries = table
+    recalls = [_exact_overlap(build_index(vectors, ids, IndexConfig(factory="IVF64,Flat", exact_below=0, nprobe=p))
+                              .search(queries, 10)[1], vectors, ids, queries) for p in (1, 64)]
+    assert recalls[0] < 0.8 and recalls[1] == 1.0  # nprobe = nlist scans every list: exact
 
 
 def test_recall_counts_any_choice_among_tied_vectors_and_catches_wrong_ones():
@@ -37,7 +97,6 @@ def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
     rng = np.random.default_rng(1)
     vectors, ids, queries = _unit(rng, 500, 8), np.arange(500, dtype=np.int64), _unit(rng, 50, 8)
     directory = tmp_path / "indexes" / "ads" / "v1"
-    from datetime import date
 
     for _ in range(2):  # publishing twice leaves one complete index
         manifest = publish_index(vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1",
@@ -46,7 +105,66 @@ def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
     assert index.ntotal == 500 == read_back["row_count"] == manifest["row_count"]
     assert read_back["dimension"] == 8 and read_back["metric"] == "inner_product"
     assert read_back["recall_at_10"] >= 0.9 and read_back["factory"] == "HNSW32,Flat"
+    assert read_back["index_bytes"] == (directory / "index.faiss").stat().st_size
+    assert read_back["faiss_version"] == faiss.__version__
     assert sorted(p.name for p in directory.parent.iterdir()) == ["v1"]
+
+
+@pytest.mark.parametrize(("factory", "params", "trained_on"), [
+    ("IVF64,Flat", {"nprobe": 3, "train_sample": 5_000}, 5_000),  # a sample of the 10k rows
+    ("IVF64,PQ4", {"nprobe": 5}, 10_000),
+    ("HNSW16,Flat", {"hnsw_ef_search": 17}, 0),
+])
+def test_search_params_survive_publish_and_read(tmp_path, monkeypatch, table, factory, params, trained_on):
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)  # the CPU path, whatever faiss build is installed
+    vectors, ids, queries = table
+    cfg = IndexConfig(factory=factory, exact_below=0, **params)
+    manifest = publish_index(vectors, ids, queries, tmp_path / "v1", cfg, "v1", date(2026, 11, 6), "gold.ad_embeddings")
+    index, read_back = read_index(tmp_path / "v1")
+    inner = faiss.downcast_index(index.index)
+    if "nprobe" in params:
+        assert inner.nprobe == params["nprobe"] == read_back["nprobe"]
+    else:
+        assert inner.hnsw.efSearch == 17 == read_back["hnsw_ef_search"]
+    assert read_back["train_rows"] == trained_on
+    assert read_back["device"] == "cpu" and read_back["factory"] == factory
+    _, found = index.search(queries, 10)  # the published index searches as the measured one did
+    assert recall_at_k(index, vectors, ids, queries, 10) == pytest.approx(manifest["recall_at_10"])
+    assert np.isin(found, ids).all()
+
+
+def test_training_sample_is_seeded(table):
+    vectors, ids, _ = table
+    cfg = IndexConfig(factory="IVF64,Flat", exact_below=0, train_sample=3_000)
+    first, second = build_index(vectors, ids, cfg), build_index(vectors, ids, cfg)  # alive while read: SWIG
+    centroids = [faiss.downcast_index(index.index).quantizer.reconstruct_n(0, 64) for index in (first, second)]
+    assert np.array_equal(*centroids)
+
+
+@pytest.mark.parametrize("factory", ["IVF,Flat", "IVF0,Flat", "HNSW", "HNSW32,PQ8", "IVF64,PQ", "PQ16", "LSH",
+                                     "IVF64,Flat,Refine"])
+def test_unsupported_factory_names_the_field_and_the_families(factory):
+    with pytest.raises(ValueError, match=r"index\.factory=.*'IVF<nlist>,PQ<m>'.*'HNSW<M>,Flat'"):
+        IndexConfig(factory=factory)
+    with pytest.raises(ValueError, match=r"index\.factory"):  # config files fail at load, not after training
+        GemConfig.from_dict({"index": {"factory": factory}})
+
+
+def test_pq_that_does_not_divide_the_dimension_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"index\.factory='IVF8,PQ5'.*must divide 16"):
+        build_index(np.zeros((400, 16), np.float32), np.arange(400), IndexConfig(factory="IVF8,PQ5", exact_below=0))
+
+
+def test_too_small_training_sample_is_a_clear_error(table):
+    with pytest.raises(ValueError, match=r"index\.train_sample=500 .* 1024 k-means centroids"):
+        IndexConfig(factory="IVF1024,Flat", train_sample=500)
+    with pytest.raises(ValueError, match=r"index\.train_sample=200 .* 256"):  # the PQ codebooks
+        IndexConfig(factory="IVF16,PQ4", train_sample=200)
+    vectors, ids, _ = table
+    with pytest.raises(ValueError, match=r"trains 512 k-means centroids but the table has only 300 rows"):
+        build_index(vectors[:300], ids[:300], IndexConfig(factory="IVF512,Flat", exact_below=0))
+    with pytest.warns(UserWarning, match=r"2000 training rows for 64 centroids"):
+        build_index(vectors[:2000], ids[:2000], IndexConfig(factory="IVF64,Flat", exact_below=0))
 
 
 def test_duplicate_ids_are_rejected():

@@ -2,18 +2,23 @@
 
 An index maps table ids (`ad_id`, `user_id`) to vectors with inner-product scoring, which is
 the score the model trains its embeddings for. The index type is a FAISS factory string
-(IndexConfig.factory), built as exact `Flat` below `IndexConfig.exact_below` rows. Recall@k is
-measured against exact inner-product search over the same vectors. The index is written to
-`<dir>.partial` and renamed into place, so a reader sees the previous version or the new one,
-never a half-written file.
+(IndexConfig.factory: Flat, IVF-Flat, IVF-PQ or HNSW), built as exact `Flat` below
+`IndexConfig.exact_below` rows. With faiss-gpu and a CUDA device, Flat and IVF indexes are trained,
+filled and measured on the first GPU and copied back to the CPU for writing; HNSW has no FAISS GPU
+version and stays on the CPU. Recall@k is measured against exact inner-product search over the
+same vectors. Search parameters (`nprobe`, `hnsw_ef_search`) are stored in the manifest and
+re-applied by `read_index`. The index is written to `<dir>.partial` and renamed into place, so a
+reader sees the previous version or the new one, never a half-written file.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
 import time
+import warnings
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,9 @@ import numpy as np
 from gem_model.config import IndexConfig
 
 INDEX_FILE = "index.faiss"
+TRAIN_SEED = 0  # fixed, so rebuilding from the same table trains the same lists
+# index_cpu_to_gpu raises for HNSW: FAISS only has GPU versions of these families.
+GPU_FAMILIES = frozenset({"flat", "ivf_flat", "ivf_pq"})
 
 
 def factory_for(rows: int, cfg: IndexConfig) -> str:
@@ -31,58 +39,124 @@ def factory_for(rows: int, cfg: IndexConfig) -> str:
     return "Flat" if rows < cfg.exact_below else cfg.factory
 
 
+@functools.cache
+def _gpu_resources() -> faiss.StandardGpuResources:
+    """One set of GPU resources for the process; it must outlive every GPU index made with it."""
+    return faiss.StandardGpuResources()
+
+
+def index_device(factory: str) -> str:
+    """`gpu` when faiss-gpu sees a CUDA device and has a GPU version of `factory`, else `cpu`."""
+    on_gpu = faiss.get_num_gpus() > 0 and IndexConfig.factory_family(factory) in GPU_FAMILIES
+    return "gpu" if on_gpu else "cpu"
+
+
+def train_rows(rows: int, factory: str, cfg: IndexConfig) -> int:
+    """How many of `rows` vectors train `factory`: 0 if it needs no training, else up to `cfg.train_sample`."""
+    return min(rows, cfg.train_sample) if IndexConfig.min_train_rows(factory) else 0
+
+
 def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> faiss.Index:
-    """vectors [N, R] float32, ids [N] int64 -> a trained, filled inner-product index."""
+    """vectors [N, R] float32, ids [N] int64 -> a trained, filled inner-product index returning ids.
+
+    The index lives where `index_device` says; `faiss.index_gpu_to_cpu` brings a GPU one back.
+    """
     if vectors.ndim != 2 or len(vectors) != len(ids):
         raise ValueError(f"vectors {vectors.shape} and ids {ids.shape} must be [N, R] and [N]")
     if len(np.unique(ids)) != len(ids):
         raise ValueError("ids must be unique: each table row is indexed once")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    index = faiss.index_factory(vectors.shape[1], f"IDMap,{factory_for(len(vectors), cfg)}",
-                                faiss.METRIC_INNER_PRODUCT)
+    factory = factory_for(len(vectors), cfg)
+    try:
+        index = faiss.index_factory(vectors.shape[1], f"IDMap,{factory}", faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as err:
+        raise ValueError(f"index.factory={factory!r} cannot index {vectors.shape[1]}-dimensional vectors: the m "
+                         f"of PQ<m> must divide {vectors.shape[1]} ({err})") from err
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexIVFPQ):
+        # The factory turns on polysemous training (reorders codes for Hamming pre-filtering, which we never
+        # search with): 15x the training time of the codebooks themselves.
+        inner.do_polysemous_training = False
+    set_search_params(index, cfg.nprobe, cfg.hnsw_ef_search)  # before the GPU copy, which inherits nprobe
+    if index_device(factory) == "gpu":
+        # One device: replicas on several GPUs would each train their own centroids.
+        index = faiss.index_cpu_to_gpu(_gpu_resources(), 0, index)
     if not index.is_trained:
-        index.train(vectors)
+        index.train(_training_sample(vectors, factory, cfg))
     index.add_with_ids(vectors, ids.astype(np.int64))
-    _set_search_params(index, cfg)
     return index
 
 
-def _set_search_params(index: faiss.Index, cfg: IndexConfig) -> None:
-    inner = faiss.downcast_index(index.index) if hasattr(index, "index") else index
-    if hasattr(inner, "hnsw"):
-        inner.hnsw.efSearch = cfg.hnsw_ef_search
+def _training_sample(vectors: np.ndarray, factory: str, cfg: IndexConfig) -> np.ndarray:
+    needed = IndexConfig.min_train_rows(factory)
+    if len(vectors) < needed:
+        raise ValueError(
+            f"index.factory={factory!r} trains {needed} k-means centroids but the table has only {len(vectors)} "
+            f"rows; use fewer IVF lists (nlist ~ 4 * sqrt(rows)) or raise index.exact_below above {len(vectors)} "
+            "to index it exactly"
+        )
+    n = train_rows(len(vectors), factory, cfg)
+    sample = vectors if n == len(vectors) else vectors[np.sort(
+        np.random.default_rng(TRAIN_SEED).choice(len(vectors), n, replace=False))]
+    if n < 39 * needed:
+        warnings.warn(f"index.factory={factory!r}: {n} training rows for {needed} centroids, under the 39 a "
+                      "centroid k-means needs for stable lists; expect lower recall or raise index.train_sample",
+                      stacklevel=3)
+    return sample
+
+
+def set_search_params(index: faiss.Index, nprobe: int, hnsw_ef_search: int) -> None:
+    """Set the search parameter of a CPU IDMap index's family (Flat has none)."""
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexIVF):
+        inner.nprobe = nprobe
+    if isinstance(inner, faiss.IndexHNSW):
+        inner.hnsw.efSearch = hnsw_ef_search
 
 
 def recall_at_k(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> float:
-    """Mean fraction of the exact top-k (brute-force inner product) that `index` returns.
+    """Mean fraction of the exact top-k (brute-force inner product, IndexFlatIP) that `index` returns.
 
     Tie-aware: a returned vector counts when its exact score reaches the k-th best score, so among
     equal scores (identical embeddings, e.g. users with the same features) any choice is correct.
     """
     k = min(k, len(ids))
-    scores = queries @ vectors.T  # [Q, N]
-    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
-    _, found = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    kth = exact.search(queries, k)[0][:, k - 1]  # [Q]; no [Q, N] score matrix, which is 4 GB at 1M rows
+    _, found = index.search(queries, k)
     order = np.argsort(ids)
     rows = order[np.searchsorted(ids, found.clip(min=ids.min()), sorter=order)]  # found id -> vector row
-    found_scores = np.take_along_axis(scores, rows, axis=1)
+    found_scores = np.einsum("qr,qkr->qk", queries, vectors[rows])
     hits = (found >= 0) & (found_scores >= kth[:, None] - 1e-5)
     return float(hits.sum(axis=1).mean()) / k
 
 
 def read_index(directory: Path) -> tuple[faiss.Index, dict[str, Any]]:
+    """The published CPU index in `directory` with its manifest's search parameters, and the manifest."""
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"no index at {directory} (manifest.json missing); materialise it first")
     manifest = json.loads(manifest_path.read_text())
     index = faiss.read_index(str(directory / INDEX_FILE))
-    _set_search_params(index, IndexConfig(hnsw_ef_search=manifest.get("hnsw_ef_search", 64)))
+    # Manifests written before `nprobe` was recorded are HNSW or Flat, which ignore it.
+    set_search_params(index, manifest.get("nprobe", IndexConfig.nprobe),
+                      manifest.get("hnsw_ef_search", IndexConfig.hnsw_ef_search))
     return index, manifest
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:  # streamed: a 1M-row HNSW file is ~0.4 GB
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, directory: Path,
                   cfg: IndexConfig, model_version: str, ds: date, source_table: str) -> dict[str, Any]:
-    """Build, measure and atomically publish an index; returns its manifest."""
+    """Build, measure (on the build device) and atomically publish an index; returns its manifest."""
+    factory = factory_for(len(vectors), cfg)
+    device = index_device(factory)
     started = time.perf_counter()
     index = build_index(vectors, ids, cfg)
     build_seconds = time.perf_counter() - started
@@ -91,6 +165,8 @@ def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, dir
     index.search(queries, cfg.recall_k)
     qps = len(queries) / max(time.perf_counter() - started, 1e-9)
     recall = recall_at_k(index, vectors, ids, queries, cfg.recall_k)
+    if device == "gpu":
+        index = faiss.index_gpu_to_cpu(index)
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -102,15 +178,20 @@ def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, dir
         "source_table": source_table,
         "dimension": int(vectors.shape[1]),
         "metric": "inner_product",
-        "factory": factory_for(len(vectors), cfg),
+        "factory": factory,
         "configured_factory": cfg.factory,
+        "nprobe": cfg.nprobe,
         "hnsw_ef_search": cfg.hnsw_ef_search,
+        "train_rows": train_rows(len(vectors), factory, cfg),
+        "device": device,
+        "faiss_version": faiss.__version__,
         "row_count": int(index.ntotal),
         f"recall_at_{cfg.recall_k}": recall,
         "recall_queries": len(queries),
         "queries_per_second": qps,
         "build_seconds": build_seconds,
-        "sha256": hashlib.sha256((staging / INDEX_FILE).read_bytes()).hexdigest(),
+        "index_bytes": (staging / INDEX_FILE).stat().st_size,
+        "sha256": _sha256(staging / INDEX_FILE),
         "created_at": datetime.now(UTC).isoformat(),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
