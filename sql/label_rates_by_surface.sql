@@ -1,8 +1,15 @@
--- Click and conversion rates per day and surface in the bronze impressions.
-SELECT ds, surface, count(*) AS impressions,
+-- Observed label rates per day and surface (and 'all' surfaces) in the landed impressions: what the
+-- teacher is trained and evaluated against, and what calibration compares with.
+-- cvr_given_click = conversions / clicks, the label rate of the cvr task; NULL on a day without clicks.
+-- Tables: bronze.impressions. Parameters: none.
+SELECT ds,
+       CASE WHEN grouping(surface) = 1 THEN 'all' ELSE surface END AS surface,
+       count(*) AS impressions,
+       sum(cast(clicked AS int)) AS clicks,
+       sum(cast(converted AS int)) AS conversions,
        avg(cast(clicked AS int)) AS ctr,
        avg(cast(converted AS int)) AS conversions_per_impression,
        sum(cast(converted AS int)) / nullif(sum(cast(clicked AS int)), 0) AS cvr_given_click
 FROM bronze.impressions
-GROUP BY ds, surface
-ORDER BY ds, surface
+GROUP BY GROUPING SETS ((ds, surface), (ds))
+ORDER BY ds, surface <> 'all', surface

@@ -1,15 +1,35 @@
--- Top 10 ads for user 1 by embedding inner product (the retrieval score the FAISS index uses),
--- exact search over the exported tables, for the latest day of each model version.
-WITH u AS (
-  SELECT model_version, ds, embedding FROM gold.user_embeddings WHERE user_id = 1
+-- Top ads for one user by embedding inner product (the retrieval score the FAISS ads index uses),
+-- by exact search over the exported embeddings: the ground truth gold.user_ad_candidates approximates.
+-- One model version and day: by default the newest model version (manifest created_at, meta.models)
+-- that has this user's embedding, and its latest day with it.
+-- Tables: gold.user_embeddings, gold.ad_embeddings, meta.models.
+-- Parameters: for_user_id (default 1), top_k (default 10), for_model_version and for_ds (default NULL:
+-- newest), e.g. `gem sql sql/top_ads_for_user.sql --var for_user_id=42 --var top_k=5`.
+DECLARE OR REPLACE VARIABLE for_user_id BIGINT DEFAULT 1;
+DECLARE OR REPLACE VARIABLE top_k INT DEFAULT 10;
+DECLARE OR REPLACE VARIABLE for_model_version STRING DEFAULT NULL;
+DECLARE OR REPLACE VARIABLE for_ds DATE DEFAULT NULL;
+
+WITH user_vectors AS (
+  SELECT e.model_version, e.ds, e.embedding, m.created_at
+  FROM gold.user_embeddings e
+  LEFT JOIN meta.models m ON m.model_version = e.model_version
+  WHERE e.user_id = for_user_id
+    AND (for_model_version IS NULL OR e.model_version = for_model_version)
+    AND (for_ds IS NULL OR e.ds = for_ds)
+), chosen AS (
+  SELECT model_version, ds, embedding FROM user_vectors
+  ORDER BY created_at DESC NULLS LAST, model_version DESC, ds DESC
+  LIMIT 1
 ), scored AS (
   SELECT a.model_version, a.ds, a.ad_id,
          aggregate(zip_with(a.embedding, u.embedding, (x, y) -> x * y), 0D, (acc, v) -> acc + v) AS score
-  FROM gold.ad_embeddings a JOIN u ON a.model_version = u.model_version AND a.ds = u.ds
+  FROM gold.ad_embeddings a
+  JOIN chosen u ON a.model_version = u.model_version AND a.ds = u.ds
 )
 SELECT * FROM (
-  SELECT model_version, ds, ad_id, score,
-         row_number() OVER (PARTITION BY model_version, ds ORDER BY score DESC) AS rank
+  SELECT model_version, ds, for_user_id AS user_id, ad_id, score,
+         row_number() OVER (ORDER BY score DESC, ad_id) AS rank
   FROM scored
-) WHERE rank <= 10
-ORDER BY model_version, ds, rank
+) WHERE rank <= top_k
+ORDER BY rank

@@ -1,0 +1,125 @@
+"""The `reports/sql_pack` asset: every query of the SQL pack (`sql/*.sql`, docs/SQL.md) run over the lake.
+
+Each query's row count and first rows are attached as metadata (a Markdown table per query), so the
+calibration, coverage, logit shift, lineage and recall reports of the latest export are readable in
+the Dagster UI. A query whose tables are not in the lake yet (e.g. `gold.index_builds` before any
+index was built) is reported as skipped, naming them; any other failure fails the asset, naming the
+file. Unpartitioned: the queries span every day and model version.
+"""
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from dagster_project.defs.lake_tables import key
+from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.spark import SparkResource
+from gem_model.paths import LAYERS, GemPaths
+from jobs.cli import execute_sql, strip_comments
+from jobs.lake import META_SCHEMA, register_tables
+
+GROUP = "reports"
+SQL_PACK = dg.AssetKey(["reports", "sql_pack"])
+SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
+PREVIEW_ROWS = 20
+EXPORTED = [key("gold.teacher_logits"), key("gold.user_embeddings"), key("gold.ad_embeddings"),
+            dg.AssetKey(["indexes", "ads"]), dg.AssetKey(["indexes", "users"])]
+_TABLE_NAME = re.compile(rf"\b((?:{'|'.join((*LAYERS, META_SCHEMA))})\.[A-Za-z_]\w*)\b")
+
+
+class ReportQueryError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class QueryReport:
+    """One query's outcome: `rows` and a `preview` of them, or the `missing` tables it was skipped for."""
+
+    name: str
+    columns: list[str]
+    rows: int | None = None
+    preview: tuple[tuple[object, ...], ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def markdown(self) -> str:
+        if self.missing:
+            return f"skipped: table {', '.join(self.missing)} not materialised"
+        if not self.preview:
+            return "(0 rows)"
+        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in self.preview]
+        shown = f"first {len(self.preview)} of " if self.rows > len(self.preview) else ""
+        return "\n".join([*lines, "", f"({shown}{self.rows} rows)"])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else f"{value:.6g}"
+    if isinstance(value, list | tuple):  # an embedding: its length and first values
+        head = ", ".join(_cell(v) for v in value[:3])
+        text = f"[{head}{', …' if len(value) > 3 else ''}] ({len(value)})"
+    elif isinstance(value, dict):
+        text = json.dumps(value, default=str, sort_keys=True)
+    elif isinstance(value, datetime | date):
+        text = value.isoformat()
+    else:
+        text = str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+def referenced_tables(sql: str) -> list[str]:
+    """The `<layer>.<table>` and `meta.<view>` names a query reads, comments excluded."""
+    return sorted(set(_TABLE_NAME.findall(strip_comments(sql))))
+
+
+def run_report_queries(spark: SparkSession, paths: GemPaths, sql_dir: Path = SQL_DIR,
+                       preview_rows: int = PREVIEW_ROWS) -> list[QueryReport]:
+    """Run every `*.sql` in `sql_dir` over the lake at `paths`, with each file's own variable defaults."""
+    files = sorted(sql_dir.glob("*.sql"))
+    if not files:
+        raise FileNotFoundError(f"no *.sql files in {sql_dir}; the SQL pack lives in the repository's sql/")
+    registered = set(register_tables(spark, paths))
+    reports = []
+    for file in files:
+        sql = file.read_text()
+        missing = tuple(t for t in referenced_tables(sql) if t not in registered)
+        if missing:
+            reports.append(QueryReport(file.stem, [], missing=missing))
+            continue
+        try:
+            df = execute_sql(spark, sql).cache()  # counted, then previewed: computed once
+            rows = df.count()
+            preview = tuple(tuple(r) for r in df.limit(preview_rows).collect())
+            df.unpersist()
+        except Exception as error:  # Spark's errors come from py4j as several types; all name the query
+            raise ReportQueryError(f"{file.name} failed: {str(error).strip().splitlines()[0]}") from error
+        reports.append(QueryReport(file.stem, df.columns, rows, preview))
+    return reports
+
+
+@dg.asset(key=SQL_PACK, group_name=GROUP, deps=EXPORTED, kinds={"spark", "sql"})
+def sql_pack(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    """The SQL pack's reports over the lake: per query (sql/<name>.sql) its rows and the first of them."""
+    reports = run_report_queries(spark.session(), lake.paths)
+    skipped = [r for r in reports if r.missing]
+    for r in skipped:
+        context.log.warning(f"sql/{r.name}.sql {r.markdown()}")
+    metadata: dict[str, object] = {
+        "queries_run": len(reports) - len(skipped),
+        "queries_skipped": dg.MetadataValue.json({r.name: list(r.missing) for r in skipped}),
+        "sql_dir": dg.MetadataValue.path(str(SQL_DIR)),
+    }
+    for r in reports:
+        metadata[r.name] = dg.MetadataValue.md(r.markdown())
+        if r.rows is not None:
+            metadata[f"{r.name}/rows"] = r.rows
+    return dg.MaterializeResult(metadata=metadata)
