@@ -1,0 +1,96 @@
+"""Student assets: per-surface students distilled from one teacher version, and their metrics table.
+
+`student_models` runs `jobs/train_student.py` in a separate process through the launcher
+(Dagster Pipes, one process) on the days after the teacher's training window, reading that
+version's exported logits and embeddings; then `gold.student_metrics` gets the manifest's
+metrics, replacing exactly the (model_version, student_version) partition, so a re-run never
+duplicates rows. The student version is named by the teacher version, the student config and
+the calendar: re-materialising unchanged inputs rewrites the same version.
+"""
+
+import math
+
+import dagster as dg
+
+from dagster_project.defs.lake_tables import contract_check, key, table_metadata
+from dagster_project.resources.lake import LakeResource
+from dagster_project.resources.launchers import JobLauncher
+from dagster_project.resources.spark import SparkResource
+from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
+from gem_model.export.checkpoint import read_manifest
+from jobs.lake import replace_partition
+from jobs.table_contract import CONTRACT
+
+GROUP = "student"
+STUDENT_MODELS = dg.AssetKey("student_models")
+STUDENT_METRICS = "gold.student_metrics"
+FINITE_CHECK = dg.AssetCheckSpec("finite_metrics", asset=STUDENT_MODELS, blocking=True,
+                                 description="Every student variant has a finite overall ctr AUC and NE")
+
+
+class StudentModelsConfig(dg.Config):
+    model_version: str | None = None  # default: the latest trained teacher ($GEM_HOME/models/LATEST)
+
+
+def _headline(manifest: dict) -> dict[str, float]:
+    """Overall and per-surface ctr/cvr NE and AUC of every student variant, and the gains."""
+    metrics = manifest["metrics"]
+    variants = manifest["config"]["student"]["variants"]
+    out = {k: v for k, v in metrics.items() if k.split("/")[0] in (*variants, "teacher", "teacher_adapted", "oracle")
+           and k.endswith(("/ne", "/auc"))}
+    for scope, tasks in manifest["gains"].items():
+        for task, gain in tasks.items():
+            out.update({f"gain/{scope}/{task}/{name}": value for name, value in gain.items() if math.isfinite(value)})
+    return out
+
+
+def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
+    metrics = manifest["metrics"]
+    required = [f"{v}/ctr/{m}" for v in manifest["config"]["student"]["variants"] for m in ("auc", "ne")]
+    missing = [m for m in required if not math.isfinite(metrics.get(m, math.nan))]
+    return dg.AssetCheckResult(asset_key=STUDENT_MODELS, check_name=FINITE_CHECK.name, passed=not missing,
+                               description=f"missing or non-finite: {missing}" if missing else "ok",
+                               metadata={m: metrics[m] for m in required if m not in missing})
+
+
+@dg.multi_asset(
+    specs=[dg.AssetSpec(STUDENT_MODELS, group_name=GROUP, kinds={"pytorch"},
+                        deps=[key("gold.training_examples"), key("gold.teacher_logits"), key("gold.user_embeddings"),
+                              key("gold.ad_embeddings")],
+                        description="Per-surface students (labels / KD / Student Adapter) of one teacher version"),
+           dg.AssetSpec(key(STUDENT_METRICS), group_name=GROUP, kinds={"delta"}, deps=[STUDENT_MODELS],
+                        description="Per-surface NE/AUC of every student variant, the teacher and the oracle")],
+    check_specs=[FINITE_CHECK],
+)
+def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfig, spark: SparkResource,
+                   lake: LakeResource, launcher: JobLauncher):
+    """Train the students of a teacher version on the days after its window and commit their metrics."""
+    cfg, paths = lake.config, lake.paths
+    version = config.model_version or lake.latest_model_version()
+    read_manifest(paths.model_dir(version))  # a missing version fails here, naming the known ones
+    name = student_version(cfg, version)
+    directory = paths.student_dir(name)
+    config_file = paths.staging / "student" / f"{name}.json"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(cfg.to_json())
+    launcher.launch(context, "jobs/train_student.py",
+                    ["--model-version", version, "--config", str(config_file), "--out", str(directory)], nproc=1)
+    manifest = read_student_manifest(directory)
+    yield dg.MaterializeResult(
+        asset_key=STUDENT_MODELS,
+        metadata={"student_version": name, "model_version": version, "path": dg.MetadataValue.path(str(directory)),
+                  **{f"inference_ms_per_1000/{v}": ms for v, ms in manifest["inference_ms_per_1000"].items()},
+                  "rows": dg.MetadataValue.json(manifest["rows"]), **_headline(manifest)},
+        data_version=dg.DataVersion(name),
+        check_results=[_finite_metrics(manifest)],
+    )
+    s = spark.session()
+    columns = CONTRACT[STUDENT_METRICS].columns
+    df = s.createDataFrame(metric_rows(manifest), ", ".join(f"{c} {t}" for c, t in columns.items()))
+    rows = replace_partition(df, paths.table(STUDENT_METRICS), {"model_version": version, "student_version": name})
+    yield dg.MaterializeResult(asset_key=key(STUDENT_METRICS),
+                               metadata={"student_version": name, **table_metadata(s, lake, STUDENT_METRICS, rows)})
+
+
+def build_student_checks() -> list[dg.AssetChecksDefinition]:
+    return [contract_check(STUDENT_METRICS)]
