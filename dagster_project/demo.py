@@ -1,8 +1,9 @@
 """Run the whole asset graph once, in order, on the embedded defaults, and summarise it.
 
 Used by `gem demo` (and `make demo`): dimensions, then every day's features, the teacher model,
-then the export of the holdout days. Runs go to the Dagster instance under $GEM_HOME/dagster
-(or $DAGSTER_HOME), so they are visible afterwards in the UI (`make ui`).
+the export of the holdout days, the students distilled on them, and the SQL reports. Runs go to the Dagster
+instance under $GEM_HOME/dagster (or $DAGSTER_HOME), so they are visible afterwards in the UI
+(`make ui`).
 """
 
 import os
@@ -12,6 +13,8 @@ import dagster as dg
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
+from gem_model.distill.artefact import read_student_manifest, student_version
+from gem_model.distill.data import has_student_days
 from gem_model.export.checkpoint import read_manifest
 from gem_model.export.index import read_index
 
@@ -25,7 +28,7 @@ def instance_for(lake: LakeResource) -> dg.DagsterInstance:
 
 def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
                  defs: dg.Definitions | None = None) -> None:
-    """Materialise every asset: dimensions, all feature days, the teacher, and the holdout export."""
+    """Materialise every asset: dimensions, feature days, the teacher, the holdout export, students, reports."""
     defs = defs or build_definitions(lake=lake)
     instance = instance or instance_for(lake)
     cfg = lake.config
@@ -43,6 +46,12 @@ def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
     for day in cfg.world.days:
         if day >= cfg.world.holdout_start:
             run("export_job", day.isoformat())
+    if has_student_days(cfg):
+        run("train_students_job")
+    else:
+        print(f"skip train_students_job: world.holdout_days={cfg.world.holdout_days} leaves no day before the "
+              f"student.eval_days={cfg.student.eval_days} evaluation day(s)", flush=True)
+    run("build_reports_job")
 
 
 def summary(lake: LakeResource) -> str:
@@ -73,11 +82,31 @@ def summary(lake: LakeResource) -> str:
         _, im = read_index(lake.paths.index_dir(name, version))
         lines.append(f"  {name:<6} {im['factory']:<14} {im['row_count']:>7,} vectors  "
                      f"recall@{k} {im[f'recall_at_{k}']:.3f}  {im['queries_per_second']:,.0f} queries/s")
+    lines += student_summary(lake, version)
     lines += ["", f"Open the Dagster UI:  make ui   (DAGSTER_HOME={lake.paths.dagster_home})",
               "Query the tables:     .venv/bin/gem sql -e 'SELECT surface, avg(ctr_logit) FROM "
               "gold.teacher_logits GROUP BY surface'",
               f"Nearest ads:          .venv/bin/gem neighbors --user-id 1 --k {k}"]
     return "\n".join(lines)
+
+
+def student_summary(lake: LakeResource, version: str) -> list[str]:
+    """Per-surface ctr NE of the students on their evaluation day(s), and the gains over labels-only."""
+    if not has_student_days(lake.config):
+        return []
+    directory = lake.paths.student_dir(student_version(lake.config, version))
+    if not (directory / "manifest.json").is_file():
+        return []
+    manifest = read_student_manifest(directory)
+    m, variants = manifest["metrics"], manifest["config"]["student"]["variants"]
+    nan = float("nan")
+    lines = ["", f"Students {directory.name} (eval {', '.join(manifest['calendar']['eval'])}), ctr NE:"]
+    for scope, gains in manifest["gains"].items():
+        prefix = "" if scope == "all" else f"{scope}/"
+        cells = "  ".join(f"{v} {m.get(f'{v}/{prefix}ctr/ne', nan):.4f}" for v in ("teacher", *variants, "oracle"))
+        g = gains["ctr"]
+        lines.append(f"  {scope:<10} {cells}  gain KD {g['kd_ne_gain']:+.4f} adapter {g['adapter_ne_gain']:+.4f}")
+    return lines
 
 
 def main() -> None:

@@ -1,10 +1,14 @@
 """`gem`: the command line of GEM Pipeline.
 
     gem demo                          materialise the whole asset graph and print a summary
-    gem sql FILE | -e QUERY           Spark SQL over the lake (tables as <layer>.<table>)
-          [--format table|json|csv] [--limit N]
+    gem sql FILE | -e QUERY           Spark SQL over the lake (tables as <layer>.<table>, plus
+          [--format table|json|csv]   meta.models and meta.table_history); runs the statements in
+          [--limit N]                 order and prints the last one's rows; --var sets a variable
+          [--var NAME=VALUE ...]      the file declares (docs/SQL.md), e.g. --var for_user_id=42
     gem neighbors --user-id N [--k 10] [--model-version V]
                                       nearest ads to a user from the FAISS ads index
+    gem export --ds D [--model-version V]
+                                      the export_job for one day: scoring (torchrun), indexes, candidates
 
 All commands use $GEM_HOME (default ./lakehouse) and $GEM_PRESET (default tiny).
 """
@@ -16,8 +20,12 @@ import csv
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gem_model.paths import GemPaths
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
@@ -55,21 +63,51 @@ def strip_comments(sql: str) -> str:
     return "\n".join(lines)
 
 
-def run_sql(query: str, fmt: str, limit: int | None) -> None:
+def sql_statements(query: str) -> list[str]:
+    return [s.strip() for s in strip_comments(query).split(";") if s.strip()]
+
+
+def execute_sql(spark: SparkSession, query: str, variables: dict[str, str] | None = None) -> DataFrame:
+    """Run `query`'s statements in order and return the last one's DataFrame.
+
+    `variables` (name -> value, as text) are set with `SET VAR` just before the last statement, so they
+    override the defaults the file's `DECLARE OR REPLACE VARIABLE` statements gave them; Spark casts the
+    text to the declared type (BIGINT, DATE, ...) and names an undeclared variable in its error.
+    """
+    statements = sql_statements(query)
+    if not statements:
+        raise ValueError("the query is empty: give at least one SQL statement")
+    for statement in statements[:-1]:
+        spark.sql(statement)
+    for name, value in (variables or {}).items():
+        literal = value.replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(f"SET VAR {name} = '{literal}'")
+    return spark.sql(statements[-1])
+
+
+def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None) -> None:
     from jobs.lake import register_tables
     from jobs.spark_session import build_spark_session
 
     spark = build_spark_session()
     spark.sparkContext.setLogLevel("ERROR")
     register_tables(spark, GemPaths.from_env())
-    statements = [s.strip() for s in strip_comments(query).split(";") if s.strip()]
-    if not statements:
+    if not sql_statements(query):
         raise SystemExit("gem sql: the query is empty")
-    for statement in statements:
-        df = spark.sql(statement)
-        if limit is not None:
-            df = df.limit(limit)
-        _print_rows(df.columns, [list(r) for r in df.collect()], fmt)
+    df = execute_sql(spark, query, variables)
+    if limit is not None:
+        df = df.limit(limit)
+    _print_rows(df.columns, [list(r) for r in df.collect()], fmt)
+
+
+def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    variables = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip().isidentifier():
+            parser.error(f"gem sql: --var {pair!r} must be NAME=VALUE, e.g. --var for_user_id=42")
+        variables[name.strip()] = value
+    return variables
 
 
 def neighbors(user_id: int, k: int, model_version: str | None) -> None:
@@ -84,7 +122,7 @@ def neighbors(user_id: int, k: int, model_version: str | None) -> None:
     version = model_version or paths.latest_model_version()
     index, manifest = read_index(paths.index_dir("ads", version))
     ds = date.fromisoformat(manifest["ds"])
-    ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, ds)
+    ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, ds, manifest["dimension"])
     match = np.flatnonzero(ids == user_id)
     if len(match) == 0:
         raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {ds}")
@@ -92,6 +130,25 @@ def neighbors(user_id: int, k: int, model_version: str | None) -> None:
     _print_rows(["rank", "ad_id", "score"],
                 [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(found[0], scores[0])) if a >= 0],
                 "table")
+
+
+def export(ds: str, model_version: str | None) -> None:
+    """Materialise one day's export assets in process, recorded in the Dagster instance like a UI run."""
+    from dagster_project.definitions import build_definitions
+    from dagster_project.defs.export.assets import EXPORT_OPS
+    from dagster_project.demo import instance_for
+    from dagster_project.resources.lake import LakeResource
+
+    lake = LakeResource.from_env()
+    version = model_version or lake.latest_model_version()
+    result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
+        instance=instance_for(lake), partition_key=ds, raise_on_error=False,
+        run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
+    if not result.success:
+        failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
+        raise SystemExit(f"gem export: failed for ds={ds}, model {version}: "
+                         + "; ".join(str(f.cause or f).strip().splitlines()[0] for f in failures if f))
+    print(f"exported ds={ds} with model {version} (run {result.run_id})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,10 +161,15 @@ def main(argv: list[str] | None = None) -> None:
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--limit", type=int, default=None)
+    sql.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                     help="set a variable the file declares (repeatable), e.g. --var for_user_id=42")
     nb = sub.add_parser("neighbors", help="nearest ads to a user from the FAISS index")
     nb.add_argument("--user-id", type=int, required=True)
     nb.add_argument("--k", type=int, default=10)
     nb.add_argument("--model-version", default=None)
+    ex = sub.add_parser("export", help="score, index and generate candidates for one day")
+    ex.add_argument("--ds", required=True, help="the partition, e.g. 2026-11-06")
+    ex.add_argument("--model-version", default=None, help="default: the latest teacher")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from dagster_project.demo import main as demo_main
@@ -116,7 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "sql":
         if (args.file is None) == (args.execute is None):
             parser.error("gem sql: give exactly one of FILE or -e QUERY")
-        run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format, args.limit)
+        run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format, args.limit,
+                _variables(args.var, parser))
+    elif args.command == "export":
+        export(args.ds, args.model_version)
     else:
         neighbors(args.user_id, args.k, args.model_version)
 

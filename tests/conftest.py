@@ -1,8 +1,12 @@
-"""Shared fixtures: one local Spark session for the whole run, a temporary GEM_HOME per test."""
+"""Shared fixtures: one local Spark session, a temporary GEM_HOME per test, one e2e pipeline lake."""
 
+import json
 from pathlib import Path
 
 import pytest
+
+# The end-to-end lake: tiny, 4 days (2 of them the holdout the export scores).
+PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +25,23 @@ def gem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     (tmp_path / "dagster").mkdir()
     return tmp_path / "gem"
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory, spark):
+    """(lake, defs, instance) after materialising the whole asset graph once into a temporary GEM_HOME."""
+    from dagster_project.definitions import build_definitions
+    from dagster_project.demo import instance_for, run_pipeline
+    from dagster_project.resources.lake import LakeResource
+
+    root = tmp_path_factory.mktemp("e2e")
+    (root / "overrides.json").write_text(json.dumps(PIPELINE_OVERRIDES))
+    lake = LakeResource(home=str(root / "gem"), preset="tiny", config_path=str(root / "overrides.json"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GEM_HOME", lake.home)
+    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
+    defs = build_definitions(lake=lake)
+    instance = instance_for(lake)
+    run_pipeline(lake, instance=instance, defs=defs)
+    yield lake, defs, instance
+    mp.undo()

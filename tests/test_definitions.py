@@ -25,3 +25,19 @@ def test_sql_comments_do_not_split_statements():
 
     sql = "-- a; b\nSELECT '--; kept' AS x -- trailing; comment\nFROM t"
     assert strip_comments(sql) == "\nSELECT '--; kept' AS x \nFROM t"
+
+
+def test_new_teacher_requests_an_export_of_every_holdout_day_with_valid_config(tmp_path):
+    lake = LakeResource(home=str(tmp_path))
+    defs = build_definitions(lake=lake)
+    sensor = defs.get_repository_def().get_sensor_def("teacher_model_sensor")
+    with dg.instance_for_test() as instance:
+        event = dg.AssetMaterialization(["teacher_model"], metadata={"model_version": "v1"})
+        instance.report_runless_asset_event(event)
+        requests = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
+    assert [(r.partition_key, r.run_key) for r in requests] == [("2026-11-05", "v1:2026-11-05"),
+                                                                  ("2026-11-06", "v1:2026-11-06")]
+    job = defs.resolve_job_def("export_job")
+    for request in requests:
+        assert dg.validate_run_config(job, request.run_config)["ops"]["scored_tables"]["config"] == {
+            "model_version": "v1"}

@@ -2,12 +2,15 @@
 
 from datetime import date, datetime, timedelta
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import Row
 
 from gem_model.config import FeatureSpec
-from gem_model.data.loader import ExampleStream, features_to_kjt
+from gem_model.data.loader import ExampleStream, features_to_kjt, scan_rank
 
 pytestmark = pytest.mark.spark
 SPEC = FeatureSpec()
@@ -89,3 +92,16 @@ def test_missing_feature_column_names_the_fix(spark, tmp_path):
     spark.createDataFrame([Row(ds=date(2026, 11, 1), x=1)]).write.format("delta").save(str(path))
     with pytest.raises(ValueError, match="lacks columns .*user_id_idx.*FeatureSpec"):
         ExampleStream(path, SPEC, batch_size=4)
+
+
+def test_ranks_split_row_groups_into_disjoint_shards_that_cover_every_row(tmp_path):
+    for f in range(3):  # 3 files of 4 row groups each, 10 rows a group
+        ids = pa.table({"user_id": np.arange(f * 40, (f + 1) * 40, dtype=np.int64)})
+        pq.write_table(ids, tmp_path / f"part-{f}.parquet", row_group_size=10)
+    dataset = pads.dataset(tmp_path, format="parquet")
+    shards = [np.concatenate([t.column("user_id").to_numpy() for t in
+                              scan_rank(dataset, None, rank, 5, ["user_id"], batch_rows=4)]) for rank in range(5)]
+    assert sorted(len(s) for s in shards) == [20, 20, 20, 30, 30]  # 12 groups over 5 ranks
+    assert np.array_equal(np.sort(np.concatenate(shards)), np.arange(120))
+    again = np.concatenate([t.column("user_id").to_numpy() for t in scan_rank(dataset, None, 3, 5, ["user_id"], 4)])
+    assert np.array_equal(again, shards[3])

@@ -1,4 +1,4 @@
-"""End to end: materialise the whole asset graph at tiny scale into a temporary GEM_HOME."""
+"""End to end: the whole asset graph at tiny scale (the session's `pipeline` lake, tests/conftest.py)."""
 
 import json
 import math
@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from dagster_project.definitions import build_definitions
-from dagster_project.demo import instance_for, run_pipeline
-from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.config import GemConfig
 from gem_model.export.index import read_index
@@ -22,22 +19,6 @@ from jobs.lake import read_table
 from jobs.table_contract import CONTRACT, schema_violations
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
-OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, spark):
-    root = tmp_path_factory.mktemp("e2e")
-    (root / "overrides.json").write_text(json.dumps(OVERRIDES))
-    lake = LakeResource(home=str(root / "gem"), preset="tiny", config_path=str(root / "overrides.json"))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GEM_HOME", lake.home)
-    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
-    defs = build_definitions(lake=lake)
-    instance = instance_for(lake)
-    run_pipeline(lake, instance=instance, defs=defs)
-    yield lake, defs, instance
-    mp.undo()
 
 
 def _rejected(spark, lake, table, day=None):
@@ -51,15 +32,22 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
     rejected_impressions = _rejected(spark, lake, "bronze.impressions")
     assert 0 < rejected_impressions < 0.01 * 4 * 3000  # the world's injected malformed rows, ~0.2 %
     accepted = 4 * 3000 - rejected_impressions
-    holdout = 3000 - _rejected(spark, lake, "bronze.impressions", "2026-11-04")
+    holdout_days = ("2026-11-03", "2026-11-04")
+    holdout = sum(3000 - _rejected(spark, lake, "bronze.impressions", day) for day in holdout_days)
     expected = {"bronze.users": cfg.world.n_users, "bronze.ads": cfg.world.n_ads,
                 "bronze.impressions": accepted,
                 "silver.users": cfg.world.n_users, "silver.ads": cfg.world.n_ads,
                 "gold.training_examples": accepted, "gold.teacher_logits": holdout,
-                "gold.user_embeddings": cfg.world.n_users, "gold.ad_embeddings": cfg.world.n_ads}
+                "gold.user_embeddings": 2 * cfg.world.n_users, "gold.ad_embeddings": 2 * cfg.world.n_ads,
+                # 6 predictors (teacher, adapted teacher, 4 students) x (all + 5 surfaces) x 2 tasks
+                "gold.student_metrics": 72,
+                "gold.user_ad_candidates": 2 * cfg.world.n_users * min(cfg.export.candidates_k, cfg.world.n_ads),
+                "gold.index_builds": 4}
     for table in CONTRACT:
         df = read_table(spark, lake.paths.table(table))
         assert schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields}) == []
+        if "model_version" in df.columns:  # test_export_e2e exports a second version beside the teacher
+            df = df.where(F.col("model_version") == lake.latest_model_version())
         if table in expected:
             assert df.count() == expected[table], table
     emb = read_table(spark, lake.paths.table("gold.ad_embeddings")).first()["embedding"]
@@ -81,7 +69,7 @@ def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
 def test_model_manifest_has_finite_holdout_metrics(pipeline):
     lake, _, _ = pipeline
     manifest = json.loads((lake.paths.model_dir(lake.latest_model_version()) / "manifest.json").read_text())
-    assert manifest["world_size"] == 2 and manifest["training_data"]["holdout_days"] == ["2026-11-04"]
+    assert manifest["world_size"] == 2 and manifest["training_data"]["holdout_days"] == ["2026-11-03", "2026-11-04"]
     assert isinstance(manifest["training_data"]["delta_version"], int)
     for task in ("ctr", "cvr"):
         for name in ("auc", "ne", "calibration", "oracle_auc", "oracle_ne"):
@@ -130,9 +118,12 @@ def test_rerunning_a_feature_day_gives_identical_contents(pipeline, spark):
 def test_gem_sql_reads_the_lake(pipeline, capsys):
     from jobs.cli import main
 
-    main(["sql", "-e", "SELECT count(*) AS n FROM gold.teacher_logits", "--format", "json"])
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    main(["sql", "-e", f"SELECT count(*) AS n FROM gold.teacher_logits WHERE model_version = '{version}'",
+          "--format", "json"])
     n = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n"]
-    assert 2900 < n <= 3000  # the holdout day's accepted impressions
+    assert 5800 < n <= 6000  # the two holdout days' accepted impressions
     main(["neighbors", "--user-id", "1", "--k", "3"])
     out = capsys.readouterr().out
     assert "rank" in out and "(3 rows)" in out
@@ -193,3 +184,41 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     for key in ("ctr/auc", "ctr/ne", "cvr/auc", "cvr/ne", "feed/ctr/auc"):
         assert resumed["metrics"][key] == pytest.approx(teacher["metrics"][key], abs=1e-5), key
     assert not (model_dir.with_name(model_dir.name + ".partial")).exists()
+
+
+def test_students_train_on_the_first_holdout_day_and_are_evaluated_on_the_last(pipeline, spark):
+    from gem_model.distill.artefact import read_student_manifest, student_version
+
+    lake, defs, instance = pipeline
+    version = lake.latest_model_version()
+    directory = lake.paths.student_dir(student_version(lake.config, version))
+    manifest = read_student_manifest(directory)
+    assert {k: manifest["calendar"][k] for k in ("train", "adapter", "eval")} == {
+        "train": ["2026-11-03"], "adapter": ["2026-11-03"], "eval": ["2026-11-04"]}
+    assert manifest["teacher"]["model_version"] == version
+    surfaces = lake.config.world.surfaces
+    for predictor in ("labels", "kd", "adapter", "teacher", "teacher_adapted"):
+        for scope in ("", *(f"{s}/" for s in surfaces)):
+            for metric in ("ctr/ne", "ctr/auc"):
+                assert math.isfinite(manifest["metrics"][f"{predictor}/{scope}{metric}"]), (predictor, scope)
+    assert len(list(directory.glob("students/*/*.pt"))) == 3 * len(surfaces)
+    logits = read_table(spark, lake.paths.table("gold.teacher_logits")).where(F.col("model_version") == version)
+    for split, day in (("train", "2026-11-03"), ("eval", "2026-11-04")):
+        rows = logits.where(F.col("ds") == day).groupBy("surface").count().collect()
+        assert {r["surface"]: r["count"] for r in rows} == {
+            s: manifest["rows"][s][split] for s in surfaces}, split
+    before = read_table(spark, lake.paths.table("gold.student_metrics")).count()
+    assert defs.resolve_job_def("train_students_job").execute_in_process(instance=instance).success
+    assert read_table(spark, lake.paths.table("gold.student_metrics")).count() == before
+    assert [p.name for p in directory.parent.iterdir()] == [directory.name]
+
+
+def test_the_report_asset_ran_every_query_of_the_sql_pack(pipeline):
+    import dagster as dg
+
+    _, _, instance = pipeline
+    event = instance.get_latest_materialization_event(dg.AssetKey(["reports", "sql_pack"]))
+    metadata = event.asset_materialization.metadata
+    queries = sorted(p.stem for p in (Path(__file__).parents[1] / "sql").glob("*.sql"))
+    assert metadata["queries_skipped"].value == 0 and metadata["queries_run"].value == len(queries) >= 8
+    assert all(metadata[f"{q}/rows"].value > 0 for q in queries)

@@ -112,6 +112,26 @@ def _assign(fragments: list[pads.Fragment], world_size: int,
     return shards
 
 
+def rank_fragments(dataset: pads.Dataset, filter: pc.Expression | None, rank: int,
+                   world_size: int) -> list[pads.Fragment]:
+    """This rank's share of `dataset`'s row groups (each a fragment), balanced by rows, same on every rank."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+    row_groups = [rg for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
+                  for rg in f.split_by_row_group(filter=filter)]
+    return [fragment for fragment, _ in _assign(row_groups, world_size, filter)[rank]]
+
+
+def scan_rank(dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int,
+              columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
+    """This rank's rows of `dataset` in tables of at most `batch_rows` rows, read row group by row group."""
+    for fragment in rank_fragments(dataset, filter, rank, world_size):
+        for record_batch in fragment.to_batches(schema=dataset.schema, columns=columns, filter=filter,
+                                                batch_size=batch_rows):
+            if record_batch.num_rows:
+                yield pa.Table.from_batches([record_batch])
+
+
 @dataclass
 class Batch:
     features: KeyedJaggedTensor

@@ -26,6 +26,7 @@ class LoadedModel:
     model: GemModel
     config: GemConfig
     manifest: dict[str, Any]
+    device: torch.device
 
     @property
     def version(self) -> str:
@@ -43,13 +44,14 @@ def read_manifest(model_dir: Path) -> dict[str, Any]:
     return json.loads(manifest_path.read_text())
 
 
-def load_model(model_dir: Path) -> LoadedModel:
+def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedModel:
+    """The model version at `model_dir`, unsharded, in eval mode on `device` (CPU when None)."""
     manifest = read_manifest(model_dir)
     config = GemConfig.from_dict(manifest["config"])
     model = GemModel(config.features, config.model)
     state = {f"{_PREFIX}{k}": v for k, v in model.state_dict().items()}
     dcp.load({"model": state}, checkpoint_id=str(model_dir / "checkpoint"))
     model.load_state_dict({k.removeprefix(_PREFIX): v for k, v in state.items()})
-    model.eval()
-    torch.set_grad_enabled(False)
-    return LoadedModel(model, config, manifest)
+    device = device or torch.device("cpu")
+    model.to(device).eval()
+    return LoadedModel(model, config, manifest, device)

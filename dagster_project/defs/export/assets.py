@@ -1,11 +1,14 @@
-"""Export assets: batch-scored embeddings and teacher logits, and FAISS indexes over them.
+"""Export assets: batch-scored embeddings and teacher logits, FAISS indexes, and candidates.
 
-Scoring runs `jobs/score.py` in a separate process through the launcher (Dagster Pipes), which
-stages Parquet; each staged table is then committed to its Delta table replacing exactly the
-(model_version, ds) partition. Several model versions coexist side by side in each table.
-Indexes are published per model version under `$GEM_HOME/indexes/<name>/<model_version>/`.
+Scoring prepares the users' input with Spark, runs `jobs/score.py` under torchrun through the
+launcher (Dagster Pipes, `export.nproc` ranks), and commits each table replacing exactly the
+(model_version, ds) partition: several model versions coexist side by side, and a re-run or a
+crash and a re-run never duplicates rows. Indexes are published per model version under
+`$GEM_HOME/indexes/<name>/<model_version>/`, each build recorded in gold.index_builds;
+gold.user_ad_candidates holds every user's top `export.candidates_k` ads from the ads index.
 """
-
+import dataclasses
+import json
 import shutil
 from dataclasses import dataclass
 
@@ -23,9 +26,10 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from gem_model.export.index import publish_index
+from gem_model.export.checkpoint import read_manifest
+from gem_model.export.index import publish_index, read_index
 from gem_model.export.scoring import read_embeddings
-from jobs.lake import replace_partition
+from jobs.export_tables import commit_scored, record_index_build, write_candidates, write_user_input
 from jobs.score import SCORED_TABLES
 
 GROUP = "export"
@@ -45,12 +49,20 @@ INDEXES = {"ads": IndexSpec("gold.ad_embeddings", "ad_id", "gold.user_embeddings
            "users": IndexSpec("gold.user_embeddings", "user_id", "gold.ad_embeddings", "ad_id")}
 
 
-class ExportConfig(dg.Config):
+CANDIDATES = "gold.user_ad_candidates"
+EXPORT_OPS = ("scored_tables", "indexes__ads", "indexes__users", "gold__user_ad_candidates")
+
+
+class ModelVersionConfig(dg.Config):
     model_version: str | None = None  # default: the latest trained teacher ($GEM_HOME/models/LATEST)
 
 
-def _model_version(config: ExportConfig, lake: LakeResource) -> str:
+def _model_version(config: ModelVersionConfig, lake: LakeResource) -> str:
     return config.model_version or lake.latest_model_version()
+
+
+def _repr_dim(lake: LakeResource, version: str) -> int:
+    return int(read_manifest(lake.paths.model_dir(version))["config"]["model"]["repr_dim"])
 
 
 def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
@@ -63,21 +75,24 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                for name in SCORED_TABLES],
         partitions_def=daily,
     )
-    def scored_tables(context: dg.AssetExecutionContext, config: ExportConfig, spark: SparkResource,
+    def scored_tables(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                       lake: LakeResource, launcher: JobLauncher):
         """User/ad embeddings and per-task teacher logits of one day, for one model version."""
         ds, version = partition_date(context), _model_version(config, lake)
+        read_manifest(lake.paths.model_dir(version))  # a missing version fails here, naming the known ones
         staging = lake.paths.staging / "score" / version / ds.isoformat()
         shutil.rmtree(staging, ignore_errors=True)
-        launcher.launch(context, "jobs/score.py",
-                        ["--model-version", version, "--ds", ds.isoformat(), "--out", str(staging)], nproc=1)
-        s = spark.session()
-        for name in SCORED_TABLES:
-            table = f"gold.{name}"
-            df = s.read.parquet(str(staging / f"{name}.parquet"))
-            rows = replace_partition(df, lake.paths.table(table), {"model_version": version, "ds": ds})
-            yield dg.MaterializeResult(asset_key=key(table),
-                                       metadata={"model_version": version, **table_metadata(s, lake, table, rows)})
+        s, export = spark.session(), lake.config.export
+        users = write_user_input(s, lake.paths, lake.config.features, ds, staging / "input" / "users",
+                                 export.user_input_files)
+        context.log.info(f"users' scoring input: {users} rows")
+        args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(staging / "input" / "users"),
+                "--out", str(staging / "output"), "--export-config", json.dumps(dataclasses.asdict(export))]
+        launcher.launch(context, "jobs/score.py", args, nproc=export.nproc)
+        rows = commit_scored(s, lake.paths, staging / "output", version, ds)
+        for table, n in rows.items():
+            yield dg.MaterializeResult(asset_key=key(table), metadata={"model_version": version,
+                                                                        **table_metadata(s, lake, table, n)})
         shutil.rmtree(staging)
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
@@ -88,14 +103,16 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         @dg.asset(key=asset_key, group_name=GROUP, partitions_def=daily, deps=[key(spec.table), key(spec.query_table)],
                   kinds={"faiss"}, check_specs=[recall_check],
                   description=f"FAISS index over {spec.table} (inner product) with recall@k against exact search.")
-        def _index(context: dg.AssetExecutionContext, config: ExportConfig,
+        def _index(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                    lake: LakeResource) -> dg.MaterializeResult:
             ds, version = partition_date(context), _model_version(config, lake)
-            ids, vectors = read_embeddings(lake.paths, spec.table, spec.id_column, version, ds)
-            _, queries = read_embeddings(lake.paths, spec.query_table, spec.query_id_column, version, ds)
+            dim = _repr_dim(lake, version)
+            ids, vectors = read_embeddings(lake.paths, spec.table, spec.id_column, version, ds, dim)
+            _, queries = read_embeddings(lake.paths, spec.query_table, spec.query_id_column, version, ds, dim)
             directory = lake.paths.index_dir(name, version)
             index_cfg = lake.config.index
             manifest = publish_index(vectors, ids, queries, directory, index_cfg, version, ds, spec.table)
+            record_index_build(spark.session(), lake.paths, manifest, index_cfg.recall_k)
             recall = manifest[f"recall_at_{index_cfg.recall_k}"]
             return dg.MaterializeResult(
                 metadata={"model_version": version, "path": dg.MetadataValue.path(str(directory)),
@@ -107,8 +124,26 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
         return _index
 
-    return [scored_tables, *(index_asset(name, spec) for name, spec in INDEXES.items())]
+    @dg.asset(key=key(CANDIDATES), group_name=GROUP, partitions_def=daily, kinds={"faiss", "delta"},
+              deps=[dg.AssetKey(["indexes", "ads"]), key("gold.user_embeddings")])
+    def user_ad_candidates(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
+                           lake: LakeResource) -> dg.MaterializeResult:
+        """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
+        ds, version = partition_date(context), _model_version(config, lake)
+        index, manifest = read_index(lake.paths.index_dir("ads", version))
+        if manifest["ds"] != ds.isoformat():
+            raise ValueError(f"the ads index of {version} was built for ds={manifest['ds']}, not {ds}; "
+                             f"materialise indexes/ads for partition {ds} first")
+        user_ids, vectors = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, ds,
+                                            _repr_dim(lake, version))
+        s = spark.session()
+        rows = write_candidates(s, lake.paths, index, user_ids, vectors, lake.config.export.candidates_k, version,
+                                ds, lake.paths.staging / "candidates" / version / ds.isoformat())
+        return dg.MaterializeResult(metadata={"model_version": version, "users": len(user_ids),
+                                              **table_metadata(s, lake, CANDIDATES, rows)})
+
+    return [scored_tables, *(index_asset(name, spec) for name, spec in INDEXES.items()), user_ad_candidates]
 
 
 def build_export_checks() -> list[dg.AssetChecksDefinition]:
-    return [contract_check(f"gold.{name}") for name in SCORED_TABLES]
+    return [contract_check(table) for table in (*(f"gold.{name}" for name in SCORED_TABLES), CANDIDATES)]

@@ -1,0 +1,165 @@
+"""The export on the session's pipeline lake: sharded scoring, candidates, versions, crashes, bad input."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pytest
+from pyspark.sql import functions as F
+
+from dagster_project.definitions import build_definitions
+from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
+from gem_model.export.scoring import read_embeddings
+from jobs.export_tables import write_user_input
+from jobs.lake import read_table, table_version
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
+DAY = "2026-11-04"
+SCORED = ("gold.user_embeddings", "gold.ad_embeddings", "gold.teacher_logits")
+
+
+def _parts(out: Path, name: str):
+    """One scoring run's table, sorted by its key, as an Arrow table."""
+    table = pads.dataset(out / name, format="parquet").to_table()
+    key = "impression_id" if name == "teacher_logits" else table.column_names[0]
+    return table.sort_by(key)
+
+
+def _score(lake, spark, out: Path, nproc: int, version: str) -> subprocess.CompletedProcess:
+    users = out.parent / "users"
+    if not users.exists():
+        write_user_input(spark, lake.paths, lake.config.features, date.fromisoformat(DAY), users, 4)
+    args = ["--model-version", version, "--ds", DAY, "--users", str(users), "--out", str(out)]
+    launcher = LocalTorchrunLauncher()
+    return subprocess.run(launcher.command("jobs/score.py", args, nproc), env=launcher.environment(nproc),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_sharded_scoring_is_repeatable_and_matches_one_process(pipeline, spark, tmp_path):
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    runs = {}
+    for name, nproc in (("two_ranks", 2), ("again", 2), ("one_process", 1)):
+        done = _score(lake, spark, tmp_path / name, nproc, version)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = {t: _parts(tmp_path / name, t) for t in ("user_embeddings", "ad_embeddings", "teacher_logits")}
+    assert len(list((tmp_path / "two_ranks" / "teacher_logits").glob("part-*.parquet"))) == 2
+    success = json.loads((tmp_path / "two_ranks" / "_SUCCESS.json").read_text())
+    assert success["world_size"] == 2 and success["rows"]["ad_embeddings"] == lake.config.world.n_ads
+    for table, two in runs["two_ranks"].items():
+        assert two.equals(runs["again"][table]), f"{table}: the same rows scored twice differ"
+        one = runs["one_process"][table]
+        assert two.num_rows == one.num_rows and two.column(0).equals(one.column(0))
+        for column in two.column_names:
+            if column in ("embedding", "ctr_logit", "cvr_logit"):
+                a = np.stack(two.column(column).to_numpy(zero_copy_only=False)).astype(np.float64)
+                b = np.stack(one.column(column).to_numpy(zero_copy_only=False)).astype(np.float64)
+                assert np.isfinite(a).all() and np.allclose(a, b, atol=1e-4), f"{table}.{column}"
+    vectors = np.stack(runs["two_ranks"]["user_embeddings"].column("embedding").to_numpy(zero_copy_only=False))
+    assert vectors.shape == (lake.config.world.n_users, lake.config.model.repr_dim)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+
+
+def test_candidates_are_the_exact_top_k_by_embedding_inner_product(pipeline, spark):
+    lake, _, _ = pipeline
+    version, cfg = lake.latest_model_version(), lake.config
+    k = min(cfg.export.candidates_k, cfg.world.n_ads)
+    for day in (d for d in cfg.world.days if d >= cfg.world.holdout_start):
+        user_ids, users = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, day)
+        ad_ids, ads = read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, day)
+        candidates = pads.dataset(lake.paths.table("gold.user_ad_candidates")).to_table(
+            filter=(pc.field("model_version") == version) & (pc.field("ds") == day)).to_pandas()
+        assert len(candidates) == len(user_ids) * k
+        for user in user_ids[:25]:
+            rows = candidates[candidates.user_id == user].sort_values("rank")
+            assert rows["rank"].tolist() == list(range(1, k + 1))
+            exact = ads @ users[user_ids == user][0]
+            scores = dict(zip(ad_ids, exact))
+            assert np.allclose(rows.score, [scores[a] for a in rows.ad_id], atol=1e-5)
+            assert rows.score.iloc[-1] >= np.sort(exact)[-k] - 1e-5  # nothing better was left out
+
+
+def _content(spark, lake, table: str, version: str):
+    df = read_table(spark, lake.paths.table(table)).where((F.col("model_version") == version) & (F.col("ds") == DAY))
+    return tuple(df.agg(F.count(F.lit(1)), F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))).first())
+
+
+class KillingLauncher(JobLauncher):
+    """Starts the real scoring job, SIGKILLs its agent and workers once a rank has written output."""
+
+    def launch(self, context, script, args, nproc):
+        local = LocalTorchrunLauncher()
+        proc = subprocess.Popen(local.command(script, args, nproc), env=local.environment(nproc),
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out = Path(args[args.index("--out") + 1])
+        deadline = time.monotonic() + 300
+        while not list(out.glob("*/part-*.parquet")) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        for pid in [*map(int, workers), proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        raise JobLaunchError(f"{script} was killed")
+
+
+def _export(lake, instance, version: str, launcher: JobLauncher | None = None) -> dg.ExecuteInProcessResult:
+    defs = build_definitions(lake=lake, launcher=launcher)
+    ops = ("scored_tables", "indexes__ads", "indexes__users", "gold__user_ad_candidates")
+    return defs.resolve_job_def("export_job").execute_in_process(
+        instance=instance, partition_key=DAY, raise_on_error=False,
+        run_config={"ops": {op: {"config": {"model_version": version}} for op in ops}})
+
+
+def test_killed_scoring_commits_nothing_and_a_rerun_replaces_the_partition(pipeline, spark):
+    lake, _, instance = pipeline
+    version = lake.latest_model_version()
+    before = {t: _content(spark, lake, t, version) for t in SCORED}
+    versions = {t: table_version(spark, lake.paths.table(t)) for t in SCORED}
+    killed = _export(lake, instance, version, KillingLauncher())
+    assert not killed.success
+    assert {t: table_version(spark, lake.paths.table(t)) for t in SCORED} == versions
+    assert _export(lake, instance, version).success
+    assert {t: _content(spark, lake, t, version) for t in SCORED} == before
+
+
+def test_a_second_model_version_is_exported_beside_the_first(pipeline, spark):
+    lake, _, instance = pipeline
+    first = lake.latest_model_version()
+    second = f"{first}-copy"
+    shutil.copytree(lake.paths.model_dir(first), lake.paths.model_dir(second))
+    manifest_path = lake.paths.model_dir(second) / "manifest.json"
+    manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "model_version": second}))
+    before = {t: _content(spark, lake, t, first) for t in (*SCORED, "gold.user_ad_candidates")}
+    assert _export(lake, instance, second).success
+    for table, (rows, digest) in before.items():
+        assert _content(spark, lake, table, first) == (rows, digest), table
+        assert _content(spark, lake, table, second)[0] == rows, table  # same weights, same row count
+    builds = read_table(spark, lake.paths.table("gold.index_builds")).where(F.col("ds") == DAY)
+    assert {(r.index_name, r.model_version) for r in builds.collect()} == {
+        (n, v) for n in ("ads", "users") for v in (first, second)}
+
+
+def test_exporting_a_missing_model_version_fails_naming_the_known_ones(pipeline):
+    lake, _, instance = pipeline
+    result = _export(lake, instance, "gem-tiny-nope")
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    assert "'gem-tiny-nope' not found" in str(failure.cause or failure) and lake.latest_model_version() in str(
+        failure.cause or failure)
+
+
+def test_embeddings_of_another_dimension_are_refused(pipeline):
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    with pytest.raises(ValueError, match=r"have lengths \[32\], expected \[16\]"):
+        read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, date.fromisoformat(DAY), 16)
