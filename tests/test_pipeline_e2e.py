@@ -220,5 +220,5 @@ def test_the_report_asset_ran_every_query_of_the_sql_pack(pipeline):
     event = instance.get_latest_materialization_event(dg.AssetKey(["reports", "sql_pack"]))
     metadata = event.asset_materialization.metadata
     queries = sorted(p.stem for p in (Path(__file__).parents[1] / "sql").glob("*.sql"))
-    assert metadata["queries_skipped"].value == 0 and metadata["queries_run"].value == len(queries) >= 8
+    assert metadata["queries_skipped"].value == {} and metadata["queries_run"].value == len(queries) >= 8
     assert all(metadata[f"{q}/rows"].value > 0 for q in queries)
