@@ -24,6 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import ExampleStream
+from gem_model.export.checkpoint import teacher_config
 from gem_model.models.gem import GemModel
 from gem_model.models.train_wrapper import GemTrain
 from gem_model.paths import GemPaths
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         manifest = json.loads(manifest_path.read_text())
         rate = manifest["train_examples_per_second"]
-        flops = dense_flops_per_example(GemConfig.from_dict(manifest["config"]), paths)
+        flops = dense_flops_per_example(teacher_config(manifest), paths)
         print(f"| {name} | {rate:,.0f} | {flops / 1e6:.2f} | {flops * rate / 1e9:.2f} | {flops * rate / peak:.1%} |")
 
 if __name__ == "__main__":

@@ -63,3 +63,12 @@ def test_cosine_dense_lr_decays_monotonically_from_dense_lr_to_its_floor():
     assert dense_lr(TrainConfig(dense_lr=0.01, dense_lr_schedule="constant"), 49, 50) == 0.01
     with pytest.raises(ValueError, match="train.dense_lr_schedule"):
         TrainConfig(dense_lr_schedule="step")
+
+
+def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_config():
+    from gem_model.export.checkpoint import teacher_config
+
+    saved = GemConfig.from_dict({"model": {"repr_dim": 16}}).to_dict()
+    saved["student"]["a_renamed_field"] = 1  # written by an older version of the student settings
+    cfg = teacher_config({"config": saved})
+    assert cfg.model.repr_dim == 16 and cfg.student == GemConfig().student

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
-from gem_model.config import GemConfig
+from gem_model.config import DOWNSTREAM_SECTIONS, GemConfig
 from gem_model.models.gem import GemModel
 
 # Keys in the checkpoint: "model." + GemTrain's state dict, whose GemModel lives under "model.".
@@ -44,10 +44,16 @@ def read_manifest(model_dir: Path) -> dict[str, Any]:
     return json.loads(manifest_path.read_text())
 
 
+def teacher_config(manifest: dict[str, Any]) -> GemConfig:
+    """The config a teacher was trained with; the sections read after training (`DOWNSTREAM_SECTIONS`)
+    take today's defaults, so a teacher stays loadable when the export or student settings evolve."""
+    return GemConfig.from_dict({k: v for k, v in manifest["config"].items() if k not in DOWNSTREAM_SECTIONS})
+
+
 def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedModel:
     """The model version at `model_dir`, unsharded, in eval mode on `device` (CPU when None)."""
     manifest = read_manifest(model_dir)
-    config = GemConfig.from_dict(manifest["config"])
+    config = teacher_config(manifest)
     model = GemModel(config.features, config.model)
     state = {f"{_PREFIX}{k}": v for k, v in model.state_dict().items()}
     dcp.load({"model": state}, checkpoint_id=str(model_dir / "checkpoint"))
