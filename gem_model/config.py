@@ -149,6 +149,10 @@ class FeatureSpec:
     # buckets of log2(1 + minutes) (bucket 15 is ~23 days), the clock the sequence arch reads.
     action_buckets: int = 16
     age_buckets: int = 16
+    # Ad attributes looked up for every event's item (silver.ads, row 0 when the item is no ad
+    # there), hashed like the target's own: attention can then match history to the candidate by
+    # category without first learning every item's category from its id.
+    sequence_item_attributes: tuple[str, ...] = ("category",)
     # The context feature that names the domain: the heads keep a tower per value.
     domain_feature: str = "surface"
 
@@ -160,6 +164,11 @@ class FeatureSpec:
             raise ValueError(f"features.sequence_table={self.sequence_table!r} is not one of {names}")
         if self.domain_feature not in [f.name for f in self.side("context")]:
             raise ValueError(f"features.domain_feature={self.domain_feature!r} must name a context feature")
+        ad_attributes = [f.name for f in self.side("ad") if f.name != self.sequence_table]
+        for name in self.sequence_item_attributes:
+            if name not in ad_attributes:
+                raise ValueError(f"features.sequence_item_attributes: {name!r} is not an ad attribute; "
+                                 f"choose from {ad_attributes}")
 
     def by_name(self, name: str) -> SparseFeature:
         for f in self.features:
@@ -177,7 +186,13 @@ class FeatureSpec:
     @property
     def sequence_side_columns(self) -> dict[str, int]:
         """Per-event side columns of the sequence (aligned with `seq_item_idx`) -> their bucket counts."""
-        return {self.action_idx_column: self.action_buckets, self.age_idx_column: self.age_buckets}
+        attributes = {column: self.by_name(name).buckets for name, column in self.sequence_attribute_columns.items()}
+        return {self.action_idx_column: self.action_buckets, self.age_idx_column: self.age_buckets, **attributes}
+
+    @property
+    def sequence_attribute_columns(self) -> dict[str, str]:
+        """Ad attribute -> the side column of its embedding rows per event (`seq_<attribute>_idx`)."""
+        return {name: f"seq_{name}_idx" for name in self.sequence_item_attributes}
 
     @property
     def action_idx_column(self) -> str:

@@ -3,7 +3,7 @@ from datetime import date
 
 import pytest
 
-from gem_model.config import GemConfig, TrainConfig, WorldConfig
+from gem_model.config import FeatureSpec, GemConfig, TrainConfig, WorldConfig
 
 
 def test_presets_round_trip_through_json():
@@ -72,3 +72,13 @@ def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_co
     saved["student"]["a_renamed_field"] = 1  # written by an older version of the student settings
     cfg = teacher_config({"config": saved})
     assert cfg.model.repr_dim == 16 and cfg.student == GemConfig().student
+
+
+def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns():
+    spec = FeatureSpec()
+    category = spec.by_name("category").buckets
+    assert spec.sequence_side_columns == {"seq_action_idx": 16, "seq_age_idx": 16, "seq_category_idx": category}
+    assert spec.kjt_keys[-1] == "seq_category_idx"
+    assert FeatureSpec(sequence_item_attributes=()).sequence_side_columns.keys() == {"seq_action_idx", "seq_age_idx"}
+    with pytest.raises(ValueError, match="'country' is not an ad attribute"):
+        FeatureSpec(sequence_item_attributes=("country",))

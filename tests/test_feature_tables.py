@@ -39,10 +39,15 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
                                                        Row(user_id=2, age_bucket="65+", country="BR", device="web",
                                                            true_interest=1)]), spec)
     ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
-                                                       objective="conversion", true_quality=0.3)]), spec)
+                                                       objective="conversion", true_quality=0.3),
+                                                   Row(ad_id=12, advertiser_id=1, category=7, ad_format="video",
+                                                       objective="conversion", true_quality=0.1)]), spec)
     out = {r["impression_id"]: r for r in
            tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
     assert out["a"]["seq_item_ids"] == [12, 11]  # 13 is at the impression's ts, 14 after it
+    # Each event's item carries its ad's category row, hashed like the target's; 11 is no ad.
+    category_of_12 = ads.where("ad_id = 12").first()["category_idx"]
+    assert out["a"]["seq_category_idx"] == [category_of_12, tables.MISSING_ROW] and category_of_12 != 0
     assert out["a"]["seq_ts"] == [datetime(2026, 11, 3, 9), datetime(2026, 11, 2, 8)]
     assert out["b"]["seq_item_ids"] == []  # user 2's only event is outside the lookback window
     assert "true_interest" not in out["a"] and "true_quality" not in out["a"]
@@ -72,8 +77,11 @@ def test_missing_dimension_rows_map_to_the_reserved_row(spark):
 
 def test_sequence_truncated_to_max_len(spark):
     spec = FeatureSpec(max_seq_len=2)
-    seqs = {r["user_id"]: r for r in tables.user_sequences(_events(spark), spec, DS).collect()}
+    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=14, advertiser_id=1, category=2, ad_format="video",
+                                                       objective="conversion")]), spec)
+    seqs = {r["user_id"]: r for r in tables.user_sequences(_events(spark), ads, spec, DS).collect()}
     assert seqs[1]["seq_item_ids"] == [14, 13]
+    assert seqs[1]["seq_category_idx"][1] == tables.MISSING_ROW and seqs[1]["seq_category_idx"][0] != 0
 
 
 def test_hashing_is_stable_in_range_and_reserves_row_zero_for_missing(spark):

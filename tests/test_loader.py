@@ -23,7 +23,8 @@ def _write_examples(spark, path, n):
         rows.append(Row(impression_id=f"i{i:04d}", user_id=i, ad_id=i % 7, surface="feed",
                         ds=date(2026, 11, 1) + timedelta(days=i % 2), ts=datetime(2026, 11, 1),
                         clicked=i % 3 == 0, converted=i % 9 == 0, seq_item_idx=list(range(i % 4)),
-                        seq_action_idx=[1] * (i % 4), seq_age_idx=[2] * (i % 4), **row))
+                        seq_action_idx=[1] * (i % 4), seq_age_idx=[2] * (i % 4), seq_category_idx=[3] * (i % 4),
+                        **row))
     # Several files per day, so ranks can be given whole files.
     spark.createDataFrame(rows).repartition(5).write.format("delta").partitionBy("ds").save(str(path))
 

@@ -1,7 +1,7 @@
 """The sequence arch: a pyramid of jagged attention layers over long behaviour sequences.
 
 Tokens are the events of a user's history, newest first: the item embedding (shared with the
-target ad's table) plus learned action and age-bucket embeddings, projected to the sequence
+target ad's table) plus learned action, age-bucket and item-attribute (category) embeddings, projected to the sequence
 dim Ds. The batch stays jagged ([L, Ds] with per-row lengths) end to end: attention runs
 through `kernels.jagged_attention`, never over a batch padded to its longest row. Layer i keeps
 only the `pyramid[i]` most recent tokens and pools the older ones into one summary token, so

@@ -4,8 +4,8 @@ Two collections, both fbgemm table-batched embeddings once DistributedModelParal
 (the planner picks table-, row- or column-wise per table): an `EmbeddingBagCollection` with one
 table per single-valued feature, and an `EmbeddingCollection` holding the item table, looked up
 by the target ad (`ad_id`) and, unpooled, by every event of the behaviour sequence, so history
-and candidate share one embedding space. The sequence's per-event side ids (action, age bucket)
-pass through for the sequence arch.
+and candidate share one embedding space. The sequence's per-event side ids (action, age bucket,
+the item's ad attributes such as its category) pass through for the sequence arch.
 """
 
 from __future__ import annotations

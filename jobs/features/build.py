@@ -44,7 +44,8 @@ def build_silver(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: st
 
 
 def build_user_sequences(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
-    df = tables.user_sequences(read_table(spark, paths.table("bronze.events")), cfg.features, ds)
+    df = tables.user_sequences(read_table(spark, paths.table("bronze.events")),
+                               read_table(spark, paths.table("silver.ads")), cfg.features, ds)
     return replace_partition(df, paths.table("gold.user_sequences"), {"ds": ds})
 
 

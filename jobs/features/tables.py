@@ -14,6 +14,7 @@ events per user, not with impressions x events (no exploding join).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame
@@ -57,11 +58,14 @@ def _events_window(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     return events.where((F.col("ds") >= F.lit(first)) & (F.col("ds") <= F.lit(ds)))
 
 
-def _histories(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
-    """user_id -> `history`: the user's window of events as array<struct<ts, item_id, action>>, newest first."""
-    window = _events_window(events, spec, ds)
+def _histories(events: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
+    """user_id -> `history`: the user's window of events as array<struct<ts, item_id, action, *item
+    attributes>>, newest first; an item that is no ad of `ads` has null attributes."""
+    attributes = list(spec.sequence_item_attributes)
+    items = ads.select(F.col("ad_id").alias("item_id"), *attributes)
+    window = _events_window(events, spec, ds).join(items, "item_id", "left")
     return window.groupBy("user_id").agg(
-        F.sort_array(F.collect_list(F.struct(*SEQUENCE_FIELDS)), asc=False).alias("history")
+        F.sort_array(F.collect_list(F.struct(*SEQUENCE_FIELDS, *attributes)), asc=False).alias("history")
     )
 
 
@@ -83,12 +87,19 @@ def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list
         F.transform(items, lambda x: hashed(x, table.buckets)).alias(spec.sequence_idx_column),
         F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
         F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
+        *(F.transform(recent, _hashed_field(name, spec.by_name(name).buckets)).alias(column)
+          for name, column in spec.sequence_attribute_columns.items()),
     ]
 
 
-def user_sequences(events: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
+def _hashed_field(field: str, buckets: int) -> Callable[[Column], Column]:
+    """An element function for F.transform (which passes the index to a second parameter)."""
+    return lambda e: hashed(e[field], buckets)
+
+
+def user_sequences(events: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     """gold.user_sequences for `ds`: each active user's sequence as of the end of day `ds`."""
-    history = _histories(events, spec, ds)
+    history = _histories(events, ads, spec, ds)
     end_of_day = F.lit(f"{ds + timedelta(days=1)} 00:00:00").cast("timestamp")
     return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec, end_of_day))
 
@@ -107,7 +118,7 @@ def training_examples(impressions: DataFrame, events: DataFrame, users: DataFram
     joined = (
         imps.join(_attributes(users, "user_id", spec, "user"), "user_id", "left")
         .join(_attributes(ads, "ad_id", spec, "ad"), "ad_id", "left")
-        .join(_histories(events, spec, ds), "user_id", "left")
+        .join(_histories(events, ads, spec, ds), "user_id", "left")
     )
     # Strictly before: an event at the impression's own timestamp is not history.
     before = F.filter(F.coalesce(F.col("history"), F.array()), lambda e: e["ts"] < F.col("ts"))

@@ -137,7 +137,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ads", rows))
 
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
-              deps=[dg.AssetDep(key("bronze.events"), partition_mapping=event_window)], kinds={"spark", "delta"},
+              deps=[key("silver.ads"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
+              kinds={"spark", "delta"},
               check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"),
                                              description="most recent first, within max_seq_len; length stats")])
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,

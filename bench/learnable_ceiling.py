@@ -1,0 +1,155 @@
+"""How much of the synthetic world a learner can recover from the training days' rows.
+
+    GEM_HOME=/tmp/gem-small python bench/learnable_ceiling.py --preset small
+
+The oracle (true p) knows every user's interests and every ad's quality and drift. A model has
+to estimate them from a finite number of rows: at `small`, about 150 impressions and 20 clicks
+per user. This bench fits a well-specified learner. It is handed the exact form of the world's
+logits (`jobs.features.world`) and learns every parameter from the training days by logistic
+regression with an L2 penalty:
+
+- click: biases per surface, objective and position; a quality per ad; an affinity per
+  (user, category); and, from the point-in-time sequence, the recency term 0.5^(hours/6) of
+  the last event in the target's category and the share of the history in that category;
+- conversion (on clicked rows): a bias per objective, a quality per ad, an affinity per
+  (user, category) and the same share.
+
+The penalty is chosen on the last training day with the earlier days as training data, then
+the learner is refit on all training days and scored on the holdout. Its AUC is what the
+features and the row count allow a model that knows the structure; a neural model has to find
+the structure too, so this is a ceiling for it, though not a strict bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F_nn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
+from gem_model.train.metrics import auc, normalized_entropy
+from jobs.features.world import RECENCY_HALF_LIFE_H, Source
+from jobs.lake import read_table
+from jobs.spark_session import build_spark_session
+
+PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
+CLICK_TERMS = {"static": (), "+ recency": ("recency",), "+ recency + sequence share": ("recency", "share")}
+
+
+def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
+    """One row per impression: the ids the learner embeds and the two sequence terms."""
+    events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"))
+    same = F.filter(events, lambda e: world._category(e["item"]) == F.col("category"))
+    hours = (F.unix_timestamp("ts") - F.unix_timestamp(F.array_max(F.transform(same, lambda e: e["ts"])))) / 3600.0
+    return examples.select(
+        "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
+        F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
+        F.coalesce(F.pow(F.lit(0.5), hours / RECENCY_HALF_LIFE_H), F.lit(0.0)).alias("recency"),
+        (F.size(same) / F.greatest(F.size("seq_item_ids"), F.lit(1))).alias("share"),
+    ).toPandas()
+
+
+@dataclass
+class Design:
+    """Integer codes and real-valued terms of the rows, as tensors."""
+
+    codes: dict[str, torch.Tensor]
+    terms: dict[str, torch.Tensor]
+    sizes: dict[str, int]
+
+    @staticmethod
+    def of(rows: pd.DataFrame) -> Design:
+        codes = {c: torch.tensor(pd.factorize(rows[c])[0]) for c in ("surface", "objective", "position", "user_id",
+                                                                     "ad_id", "category")}
+        terms = {c: torch.tensor(rows[c].to_numpy(), dtype=torch.float32) for c in ("recency", "share")}
+        return Design(codes, terms, {c: int(v.max()) + 1 for c, v in codes.items()})
+
+
+class WellSpecified(torch.nn.Module):
+    """logit = b + sum of per-id biases + quality[ad] + affinity[user, category] + sum of w_t * term_t."""
+
+    def __init__(self, design: Design, biases: tuple[str, ...], terms: tuple[str, ...]) -> None:
+        super().__init__()
+        self.biases, self.terms = biases, terms
+        self.b = torch.nn.Parameter(torch.zeros(1))
+        self.bias = torch.nn.ParameterDict({c: torch.zeros(design.sizes[c]) for c in biases})
+        self.quality = torch.nn.Parameter(torch.zeros(design.sizes["ad_id"]))
+        self.affinity = torch.nn.Parameter(torch.zeros(design.sizes["user_id"], design.sizes["category"]))
+        self.weight = torch.nn.ParameterDict({t: torch.zeros(1) for t in terms})
+
+    def forward(self, d: Design, i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, the L2 penalty's per-row mean) for rows `i`."""
+        z = self.b + self.quality[d.codes["ad_id"][i]] + self.affinity[d.codes["user_id"][i], d.codes["category"][i]]
+        for c in self.biases:
+            z = z + self.bias[c][d.codes[c][i]]
+        for t in self.terms:
+            z = z + self.weight[t] * d.terms[t][i]
+        users, ads = d.codes["user_id"][i], d.codes["ad_id"][i]
+        penalty = self.affinity[users].pow(2).sum(1).mean() + self.quality[ads].pow(2).mean()
+        return z, penalty
+
+
+def fit(d: Design, labels: torch.Tensor, train: torch.Tensor, biases: tuple[str, ...], terms: tuple[str, ...],
+        penalty: float, epochs: int = 6, batch: int = 4096) -> WellSpecified:
+    torch.manual_seed(0)
+    model = WellSpecified(d, biases, terms)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(epochs):
+        for rows in train[torch.randperm(len(train))].split(batch):
+            z, l2 = model(d, rows)
+            loss = F_nn.binary_cross_entropy_with_logits(z, labels[rows]) + penalty * l2
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model
+
+
+def evaluate(model: WellSpecified, d: Design, labels: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
+    with torch.no_grad():
+        z = model(d, rows)[0].numpy()
+    y = labels[rows].numpy().astype(bool)
+    return auc(y, z), normalized_entropy(y, 1.0 / (1.0 + np.exp(-z)))
+
+
+def ceiling(rows: pd.DataFrame, label: str, days: list, holdout_start, biases: tuple[str, ...],
+            terms: tuple[str, ...]) -> tuple[float, float, float]:
+    """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
+    d, labels = Design.of(rows), torch.tensor(rows[label].to_numpy(), dtype=torch.float32)
+    ds = rows["ds"].to_numpy()
+    train_days = sorted(x for x in days if x < holdout_start)
+    index = {name: torch.tensor(np.flatnonzero(mask)) for name, mask in {
+        "fit": ds < train_days[-1], "validation": ds == train_days[-1], "train": ds < holdout_start,
+        "holdout": ds >= holdout_start}.items()}
+    scores = {p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
+              for p in PENALTIES}
+    best = min(scores, key=scores.get)
+    return *evaluate(fit(d, labels, index["train"], biases, terms, best), d, labels, index["holdout"]), best
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    args = parser.parse_args(argv)
+    cfg = GemConfig.load(args.preset)
+    spark = build_spark_session()
+    rows = learner_rows(read_table(spark, GemPaths.from_env().table("gold.training_examples")), Source(spark, cfg))
+    spark.stop()
+    w = cfg.world
+    print("| learner | task | holdout AUC | holdout NE | L2 (chosen on the last training day) |\n|---|---|---|---|---|")
+    for name, terms in CLICK_TERMS.items():
+        a, ne, p = ceiling(rows, "clicked", w.days, w.holdout_start, ("surface", "objective", "position"), terms)
+        print(f"| well-specified, {name} | ctr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
+    clicked = rows[rows["clicked"] == 1].reset_index(drop=True)
+    a, ne, p = ceiling(clicked, "converted", w.days, w.holdout_start, ("objective",), ("share",))
+    print(f"| well-specified, + sequence share | cvr | {a:.4f} | {ne:.4f} | {p} |")
+
+
+if __name__ == "__main__":
+    main()
