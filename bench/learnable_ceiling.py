@@ -118,15 +118,27 @@ def evaluate(model: WellSpecified, d: Design, labels: torch.Tensor, rows: torch.
     return auc(y, z), normalized_entropy(y, 1.0 / (1.0 + np.exp(-z)))
 
 
-def ceiling(rows: pd.DataFrame, label: str, days: list, holdout_start, biases: tuple[str, ...],
-            terms: tuple[str, ...]) -> tuple[float, float, float]:
+@dataclass
+class Task:
+    """One task's design, labels and row split, built once for every learner fit on it."""
+
+    design: Design
+    labels: torch.Tensor
+    index: dict[str, torch.Tensor]
+
+    @staticmethod
+    def of(rows: pd.DataFrame, label: str, days: list, holdout_start) -> Task:
+        ds = rows["ds"].to_numpy()
+        last_train = max(x for x in days if x < holdout_start)
+        masks = {"fit": ds < last_train, "validation": ds == last_train, "train": ds < holdout_start,
+                 "holdout": ds >= holdout_start}
+        return Task(Design.of(rows), torch.tensor(rows[label].to_numpy(), dtype=torch.float32),
+                    {name: torch.tensor(np.flatnonzero(mask)) for name, mask in masks.items()})
+
+
+def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[float, float, float]:
     """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
-    d, labels = Design.of(rows), torch.tensor(rows[label].to_numpy(), dtype=torch.float32)
-    ds = rows["ds"].to_numpy()
-    train_days = sorted(x for x in days if x < holdout_start)
-    index = {name: torch.tensor(np.flatnonzero(mask)) for name, mask in {
-        "fit": ds < train_days[-1], "validation": ds == train_days[-1], "train": ds < holdout_start,
-        "holdout": ds >= holdout_start}.items()}
+    d, labels, index = task.design, task.labels, task.index
     scores = {p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
               for p in PENALTIES}
     best = min(scores, key=scores.get)
@@ -143,11 +155,12 @@ def main(argv: list[str] | None = None) -> None:
     spark.stop()
     w = cfg.world
     print("| learner | task | holdout AUC | holdout NE | L2 (chosen on the last training day) |\n|---|---|---|---|---|")
+    clicks = Task.of(rows, "clicked", w.days, w.holdout_start)
     for name, terms in CLICK_TERMS.items():
-        a, ne, p = ceiling(rows, "clicked", w.days, w.holdout_start, ("surface", "objective", "position"), terms)
+        a, ne, p = ceiling(clicks, ("surface", "objective", "position"), terms)
         print(f"| well-specified, {name} | ctr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
-    clicked = rows[rows["clicked"] == 1].reset_index(drop=True)
-    a, ne, p = ceiling(clicked, "converted", w.days, w.holdout_start, ("objective",), ("share",))
+    conversions = Task.of(rows[rows["clicked"] == 1].reset_index(drop=True), "converted", w.days, w.holdout_start)
+    a, ne, p = ceiling(conversions, ("objective",), ("share",))
     print(f"| well-specified, + sequence share | cvr | {a:.4f} | {ne:.4f} | {p} |")
 
 

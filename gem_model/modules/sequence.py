@@ -1,11 +1,12 @@
 """The sequence arch: a pyramid of jagged attention layers over long behaviour sequences.
 
 Tokens are the events of a user's history, newest first: the item embedding (shared with the
-target ad's table) plus learned action, age-bucket and item-attribute (category) embeddings, projected to the sequence
-dim Ds. The batch stays jagged ([L, Ds] with per-row lengths) end to end: attention runs
-through `kernels.jagged_attention`, never over a batch padded to its longest row. Layer i keeps
-only the `pyramid[i]` most recent tokens and pools the older ones into one summary token, so
-the first layer sees the whole history once and later layers cost O(pyramid[i]²) per row.
+target ad's table) plus learned action, age-bucket and item-attribute (category) embeddings,
+projected to the sequence dim Ds. The batch stays jagged ([L, Ds] with per-row lengths) end to
+end: attention runs through `kernels.jagged_attention`, never over a batch padded to its
+longest row. Layer i keeps only the `pyramid[i]` most recent tokens and pools the older ones
+into one summary token, so the first layer sees the whole history once and later layers cost
+O(pyramid[i]²) per row.
 
 Each layer also takes CLS tokens (the non-sequential summary, InterFormer's way in) appended
 to every row, and an optional personalised FFN gate; the CLS outputs, the mean token and the
