@@ -6,20 +6,286 @@ specification that maps raw columns to embedding rows (`FeatureSpec`), the model
 index settings. Named presets (`tiny` for tests, `small` for the demo) are the only entry
 points; overrides go through `GemConfig.from_dict`, where an unknown key is an error. The
 resolved config is saved with every model so an artefact always says how it was made.
+
+Every field is type- and range-checked when a section is built, from JSON or in Python: the type
+hints drive one validator (`_convert`), with ranges declared beside the fields as `Annotated`
+markers (`Count` is `Annotated[int, AtLeast(1)]`), so `"compile": "false"`, `"surfaces": "feed"`
+or `epochs: 0` fail at once with a `ConfigError` naming the dotted key, the value and what is
+allowed, instead of misbehaving or failing late.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
 import os
+import typing
 from dataclasses import dataclass, field
-from datetime import date, timedelta
-from typing import Any, Literal
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 SURFACES: tuple[str, ...] = ("feed", "stories", "reels", "messaging", "offsite")
 TASKS: tuple[str, ...] = ("ctr", "cvr")
+
+
+class ConfigError(ValueError):
+    """A configuration value, key or file that cannot be used; the message names the dotted key
+    (e.g. `train.epochs`) or the file, the value, and what is allowed."""
+
+
+# Range and shape markers, declared beside a field: `epochs: Annotated[int, AtLeast(1)]`.
+@dataclass(frozen=True)
+class AtLeast:
+    low: float
+
+    def admits(self, value: Any) -> bool:
+        return value >= self.low
+
+    def __str__(self) -> str:
+        return f">= {self.low}"
+
+
+@dataclass(frozen=True)
+class Above:
+    low: float
+
+    def admits(self, value: Any) -> bool:
+        return value > self.low
+
+    def __str__(self) -> str:
+        return f"> {self.low}"
+
+
+@dataclass(frozen=True)
+class Between:
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def admits(self, value: Any) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A string that is one of `values` (for names kept in a tuple constant rather than a Literal)."""
+
+    values: tuple[str, ...]
+
+    def admits(self, value: Any) -> bool:
+        return value in self.values
+
+    def __str__(self) -> str:
+        return f"one of {list(self.values)}"
+
+
+@dataclass(frozen=True)
+class NonEmpty:
+    def admits(self, value: Any) -> bool:
+        return len(value) > 0
+
+    def __str__(self) -> str:
+        return "non-empty"
+
+
+@dataclass(frozen=True)
+class Distinct:
+    def admits(self, value: Any) -> bool:
+        return len(set(value)) == len(value)
+
+    def __str__(self) -> str:
+        return "without duplicates"
+
+
+Count = Annotated[int, AtLeast(1)]  # sizes, counts, dims, epochs, process counts
+NonNegativeInt = Annotated[int, AtLeast(0)]
+Seed = Annotated[int, AtLeast(0)]
+Buckets = Annotated[int, AtLeast(2)]  # hashed ids land in rows 1..buckets-1; row 0 is the missing value
+Positive = Annotated[float, Above(0)]  # learning rates, temperatures, scales
+NonNegative = Annotated[float, AtLeast(0)]  # loss weights, penalties, spreads
+Fraction = Annotated[float, Between(0, 1)]
+Rate = Annotated[float, Between(0, 1, high_open=True)]  # a share of rows that must leave some rows alone
+Name = Annotated[str, NonEmpty()]
+Names = Annotated[tuple[Name, ...], NonEmpty(), Distinct()]
+
+
+# The validator: type hints say what a field is, `Annotated` markers what range it may take.
+def _validate(obj: Any, where: str) -> None:
+    """Type- and range-check every field of a config dataclass from its type hints; called by each
+    `__post_init__`, so direct construction in Python is checked like JSON. Normalises in place what
+    JSON cannot say exactly (a list for a tuple, an ISO string for a date, an int for a float)."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        converted = _convert(value, hints[f.name], _join(where, f.name))
+        if converted is not value:
+            object.__setattr__(obj, f.name, converted)
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    """`value` checked against `hint` (and its markers) and normalised; a ConfigError naming `where` otherwise."""
+    kind, marks = _split(hint)
+    origin = typing.get_origin(kind)
+
+    def wrong_type() -> ConfigError:
+        return ConfigError(f"{where}={_show(value)}: must be {_describe(hint)}, not {_kind(value)}")
+
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise wrong_type()
+        out = value
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong_type()
+        out = value
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong_type()
+        out = float(value)
+        if not math.isfinite(out):
+            raise ConfigError(f"{where}={_show(value)}: must be {_describe(hint)} (a finite number)")
+    elif kind is str:
+        if not isinstance(value, str):
+            raise wrong_type()
+        out = value
+    elif kind is date:
+        if isinstance(value, str):
+            try:
+                out = date.fromisoformat(value)
+            except ValueError:
+                raise ConfigError(f"{where}={_show(value)}: must be {_describe(hint)}") from None
+        elif isinstance(value, date) and not isinstance(value, datetime):
+            out = value
+        else:
+            raise wrong_type()
+    elif origin is Literal:
+        if not any(type(value) is type(choice) and value == choice for choice in typing.get_args(kind)):
+            raise ConfigError(f"{where}={_show(value)}: must be {_describe(hint)}")
+        out = value
+    elif origin is tuple:
+        # A string is a sequence too, but never a tuple field's value: "feed" is not ("feed",).
+        if not isinstance(value, (list, tuple)):
+            raise wrong_type()
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            elements = (args[0],) * len(value)
+        elif len(value) != len(args):
+            raise ConfigError(f"{where}={_show(value)}: must be {_describe(hint)}, not an array of {len(value)}")
+        else:
+            elements = args
+        out = tuple(_convert(v, h, f"{where}[{i}]") for i, (h, v) in enumerate(zip(elements, value)))
+        if isinstance(value, tuple) and all(a is b for a, b in zip(out, value)):
+            out = value
+    elif dataclasses.is_dataclass(kind):
+        if isinstance(value, dict):
+            out = _build(kind, value, where)
+        elif isinstance(value, kind):
+            out = value
+        else:
+            raise wrong_type()
+    else:  # a field type this validator does not know: a programming error, not a user's
+        raise TypeError(f"{where}: unsupported config field type {kind!r}")
+    for mark in marks:
+        if not mark.admits(out):
+            raise ConfigError(f"{where}={_show(value)}: must be {_describe(hint)}")
+    return out
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    """A `cls` from a complete JSON object (an element of a tuple of dataclasses, e.g. a SparseFeature)."""
+    hints, fields = _hints(cls), dataclasses.fields(cls)
+    names = {f.name for f in fields}
+    unknown = sorted(set(data) - names)
+    missing = [f.name for f in fields if f.name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if unknown or missing:
+        raise ConfigError(f"{_in(where)}: " + "; ".join(
+            ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"missing key(s) {missing}"] if missing else []))
+            + f"; valid keys are {sorted(names)}")
+    return cls(**{k: _convert(v, hints[k], _join(where, k)) for k, v in data.items()})
+
+
+def _describe(hint: Any) -> str:
+    """What a hint allows, in the words of a JSON file: `an integer >= 1`, `true or false (a JSON boolean)`."""
+    kind, marks = _split(hint)
+    origin = typing.get_origin(kind)
+    bounds = " and ".join(str(m) for m in marks if isinstance(m, (AtLeast, Above, Between)))
+    if kind is bool:
+        return "true or false (a JSON boolean)"
+    if kind is int:
+        return f"an integer {bounds}".rstrip()
+    if kind is float:
+        return f"a number {bounds}".rstrip()
+    if kind is str:
+        choices = [m for m in marks if isinstance(m, OneOf)]
+        if choices:
+            return str(choices[0])
+        return "a non-empty string" if any(isinstance(m, NonEmpty) for m in marks) else "a string"
+    if kind is date:
+        return "an ISO date string (YYYY-MM-DD)"
+    if origin is Literal:
+        return f"one of {list(typing.get_args(kind))}"
+    if origin is tuple:
+        args = typing.get_args(kind)
+        non_empty = "non-empty " if any(isinstance(m, NonEmpty) for m in marks) else ""
+        distinct = " without duplicates" if any(isinstance(m, Distinct) for m in marks) else ""
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a {non_empty}JSON array{distinct}, each element {_describe(args[0])}"
+        each = {_describe(a) for a in args}
+        if len(args) == 1:
+            return f"a JSON array of exactly one element, {each.pop()}"
+        if len(each) == 1:
+            return f"a JSON array of exactly {len(args)} elements{distinct}, each {each.pop()}"
+        return f"a JSON array of exactly {len(args)} elements: " + ", ".join(_describe(a) for a in args)
+    if dataclasses.is_dataclass(kind):
+        return f"a JSON object of {kind.__name__} settings"
+    return repr(kind)
+
+
+def _kind(value: Any) -> str:
+    if dataclasses.is_dataclass(value):
+        return f"a {type(value).__name__}"
+    for types, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                        ((list, tuple), "an array"), (dict, "an object"), (type(None), "null")):
+        if isinstance(value, types):
+            return name
+    return f"a {type(value).__name__}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _split(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(type, markers) of a possibly `Annotated` hint."""
+    if typing.get_origin(hint) is Annotated:
+        return hint.__origin__, hint.__metadata__
+    return hint, ()
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _in(where: str) -> str:
+    """How structural errors (unknown or missing keys) name a section: `config.world`, `config`."""
+    return f"config.{where}" if where else "config"
 
 
 @dataclass(frozen=True)
@@ -33,38 +299,39 @@ class WorldConfig:
     quarantine is exercised on every run.
     """
 
-    seed: int = 7
+    seed: Seed = 7
     start_date: date = date(2026, 11, 1)
-    n_days: int = 6
-    holdout_days: int = 2
-    n_users: int = 400
-    n_ads: int = 120
-    n_categories: int = 12
-    n_advertisers: int = 30
-    campaigns_per_advertiser: int = 3
-    new_user_fraction: float = 0.15
-    new_ad_fraction: float = 0.25
-    impressions_per_day: int = 3000
-    events_per_user_day: float = 4.0
-    activity_sigma: float = 1.6
-    max_events_per_user_day: int = 2000
-    malformed_rate: float = 0.002
-    surfaces: tuple[str, ...] = SURFACES
+    n_days: Count = 6
+    # At least one day: the teacher's metrics and the export are computed on the holdout.
+    holdout_days: Count = 2
+    n_users: Count = 400
+    n_ads: Count = 120
+    n_categories: Count = 12
+    n_advertisers: Count = 30
+    campaigns_per_advertiser: Count = 3
+    new_user_fraction: Rate = 0.15
+    new_ad_fraction: Rate = 0.25
+    impressions_per_day: Count = 3000
+    events_per_user_day: Positive = 4.0
+    activity_sigma: NonNegative = 1.6
+    max_events_per_user_day: Count = 2000
+    malformed_rate: Rate = 0.002
+    # Any non-empty subset of SURFACES: the synthetic world has a traffic share for each of them
+    # (jobs.features.world), the real sources map onto them, and the quarantine rejects the rest.
+    surfaces: Annotated[tuple[Annotated[str, OneOf(SURFACES)], ...], NonEmpty(), Distinct()] = SURFACES
 
     def __post_init__(self) -> None:
+        _validate(self, "world")
         if self.holdout_days >= self.n_days:
-            raise ValueError(
+            raise ConfigError(
                 f"world.holdout_days={self.holdout_days} must be below world.n_days={self.n_days}: "
                 "training needs at least one day before the holdout"
             )
         if self.initial_ads < self.n_categories:
-            raise ValueError(
+            raise ConfigError(
                 f"world.n_ads={self.n_ads} with new_ad_fraction={self.new_ad_fraction} leaves {self.initial_ads} "
                 f"ads on day one, fewer than world.n_categories={self.n_categories}; raise n_ads"
             )
-        for name in ("new_user_fraction", "new_ad_fraction", "malformed_rate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"world.{name}={getattr(self, name)} must be in [0, 1)")
 
     @property
     def days(self) -> list[date]:
@@ -96,12 +363,17 @@ class DataConfig:
     data_dir: str = ""
     # The label-rate check: per-surface click rate must lie in these bounds, judged only on
     # surfaces with at least `label_check_min_rows` impressions in the partition.
-    click_rate_bounds: tuple[float, float] = (0.001, 0.8)
-    label_check_min_rows: int = 500
+    click_rate_bounds: tuple[Fraction, Fraction] = (0.001, 0.8)
+    label_check_min_rows: NonNegativeInt = 500
 
     def __post_init__(self) -> None:
+        _validate(self, "data")
         if self.source not in DATA_SOURCES:
-            raise ValueError(f"data.source={self.source!r} is not one of {list(DATA_SOURCES)}")
+            raise ConfigError(f"data.source={self.source!r} is not one of {list(DATA_SOURCES)}")
+        low, high = self.click_rate_bounds
+        if low > high:
+            raise ConfigError(f"data.click_rate_bounds={list(self.click_rate_bounds)}: the low bound exceeds the "
+                              "high one; give [low, high]")
 
 
 @dataclass(frozen=True)
@@ -112,9 +384,12 @@ class SparseFeature:
     (`gem_model.data.feature_columns`), so the loader and the model never re-implement hashing.
     """
 
-    name: str
-    buckets: int
+    name: Name
+    buckets: Buckets
     side: Literal["user", "ad", "context"]
+
+    def __post_init__(self) -> None:
+        _validate(self, f"features.features[{self.name!r}]")
 
     @property
     def idx_column(self) -> str:
@@ -125,7 +400,7 @@ class SparseFeature:
 class FeatureSpec:
     """Sparse features and the behaviour sequence, shared by Spark, the loader and the model."""
 
-    features: tuple[SparseFeature, ...] = (
+    features: Annotated[tuple[SparseFeature, ...], NonEmpty()] = (
         SparseFeature("user_id", 4096, "user"),
         SparseFeature("age_bucket", 16, "user"),
         SparseFeature("country", 64, "user"),
@@ -141,33 +416,35 @@ class FeatureSpec:
         SparseFeature("position", 8, "context"),
     )
     # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
-    sequence_feature: str = "seq_item_ids"
+    sequence_feature: Name = "seq_item_ids"
     sequence_table: str = "ad_id"
-    max_seq_len: int = 256
-    lookback_days: int = 14
+    max_seq_len: Count = 256
+    # 0: only the impression day's earlier events.
+    lookback_days: NonNegativeInt = 14
     # Per event, beside the item: its action (hashed) and its age before the impression, in
     # buckets of log2(1 + minutes) (bucket 15 is ~23 days), the clock the sequence arch reads.
-    action_buckets: int = 16
-    age_buckets: int = 16
+    action_buckets: Buckets = 16
+    age_buckets: Count = 16
     # Ad attributes looked up for every event's item (silver.ads, row 0 when the item is no ad
     # there), hashed like the target's own: attention can then match history to the candidate by
     # category without first learning every item's category from its id.
-    sequence_item_attributes: tuple[str, ...] = ("category",)
+    sequence_item_attributes: Annotated[tuple[str, ...], Distinct()] = ("category",)
     # The context feature that names the domain: the heads keep a tower per value.
     domain_feature: str = "surface"
 
     def __post_init__(self) -> None:
+        _validate(self, "features")
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
-            raise ValueError(f"features: duplicate feature names in {names}")
+            raise ConfigError(f"features: duplicate feature names in {names}")
         if self.sequence_table not in names:
-            raise ValueError(f"features.sequence_table={self.sequence_table!r} is not one of {names}")
+            raise ConfigError(f"features.sequence_table={self.sequence_table!r} is not one of {names}")
         if self.domain_feature not in [f.name for f in self.side("context")]:
-            raise ValueError(f"features.domain_feature={self.domain_feature!r} must name a context feature")
+            raise ConfigError(f"features.domain_feature={self.domain_feature!r} must name a context feature")
         ad_attributes = [f.name for f in self.side("ad") if f.name != self.sequence_table]
         for name in self.sequence_item_attributes:
             if name not in ad_attributes:
-                raise ValueError(f"features.sequence_item_attributes: {name!r} is not an ad attribute; "
+                raise ConfigError(f"features.sequence_item_attributes: {name!r} is not an ad attribute; "
                                  f"choose from {ad_attributes}")
 
     def by_name(self, name: str) -> SparseFeature:
@@ -239,11 +516,14 @@ class WukongConfig:
     input-attentive when `attentive`.
     """
 
-    n_fm: int = 8
-    n_lc: int = 8
-    rank: int = 8
-    mlp_dims: tuple[int, ...] = (128,)
+    n_fm: Count = 8
+    n_lc: Count = 8
+    rank: Count = 8
+    mlp_dims: tuple[Count, ...] = (128,)
     attentive: bool = True
+
+    def __post_init__(self) -> None:
+        _validate(self, "model.wukong")
 
 
 @dataclass(frozen=True)
@@ -256,22 +536,20 @@ class SequenceConfig:
     non-sequential summary in; `n_recent` most recent tokens go into the sequence summary.
     """
 
-    dim: int = 32
-    heads: int = 2
-    pyramid: tuple[int, ...] = (64, 16)
+    dim: Count = 32
+    heads: Count = 2
+    # At least one layer, each keeping >= 1 token.
+    pyramid: Annotated[tuple[Count, ...], NonEmpty()] = (64, 16)
     activation: Literal["softmax", "silu"] = "softmax"
     causal: bool = False
-    n_cls: int = 2
-    n_recent: int = 2
-    pffn_rank: int = 8
+    n_cls: Count = 2
+    n_recent: NonNegativeInt = 2
+    pffn_rank: Count = 8
 
     def __post_init__(self) -> None:
-        if self.activation not in ("softmax", "silu"):
-            raise ValueError(f"model.sequence.activation={self.activation!r} must be 'softmax' or 'silu'")
+        _validate(self, "model.sequence")
         if self.dim % self.heads:
-            raise ValueError(f"model.sequence.dim={self.dim} must be divisible by heads={self.heads}")
-        if not self.pyramid or any(k < 1 for k in self.pyramid):
-            raise ValueError(f"model.sequence.pyramid={self.pyramid} needs at least one layer, each keeping >= 1 token")
+            raise ConfigError(f"model.sequence.dim={self.dim} must be divisible by heads={self.heads}")
 
 
 @dataclass(frozen=True)
@@ -285,25 +563,28 @@ class ModelConfig:
     """
 
     architecture: str = "gem"
-    embedding_dim: int = 16
-    tower_dims: tuple[int, ...] = (64,)
-    repr_dim: int = 32
-    shared_dims: tuple[int, ...] = (128, 64)
-    surface_dims: tuple[int, ...] = (32,)
+    embedding_dim: Count = 16
+    tower_dims: tuple[Count, ...] = (64,)
+    repr_dim: Count = 32
+    # The last shared layer is the input of every surface tower.
+    shared_dims: Annotated[tuple[Count, ...], NonEmpty()] = (128, 64)
+    # One hidden layer a surface tower (gem_model.modules.heads.MultiSurfaceHeads).
+    surface_dims: tuple[Count] = (32,)
     tasks: tuple[str, ...] = TASKS
     wukong: WukongConfig = field(default_factory=WukongConfig)
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
     use_wukong: bool = True
     use_sequence: bool = True
     interleave: bool = True
-    dcn_layers: int = 3
-    dcn_rank: int = 16
+    dcn_layers: Count = 3
+    dcn_rank: Count = 16
 
     def __post_init__(self) -> None:
+        _validate(self, "model")
         if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"model.architecture={self.architecture!r} is not one of {list(ARCHITECTURES)}")
+            raise ConfigError(f"model.architecture={self.architecture!r} is not one of {list(ARCHITECTURES)}")
         if self.tasks != TASKS:
-            raise ValueError(f"model.tasks={self.tasks} must be {TASKS}: the heads model the funnel (ESMM)")
+            raise ConfigError(f"model.tasks={self.tasks} must be {TASKS}: the heads model the funnel (ESMM)")
 
 
 @dataclass(frozen=True)
@@ -318,27 +599,25 @@ class TrainConfig:
     steps then average out batch noise instead of chasing it); `constant` keeps it.
     """
 
-    nproc: int = 2
-    batch_size: int = 256
-    epochs: int = 3
-    dense_lr: float = 3e-3
+    nproc: Count = 2
+    batch_size: Count = 256
+    epochs: Count = 3
+    dense_lr: Positive = 3e-3
     dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
-    min_lr_fraction: float = 0.1
-    sparse_lr: float = 0.05
-    retrieval_weight: float = 0.2
-    temperature: float = 0.1
-    grad_clip: float = 1.0
-    checkpoint_every_steps: int = 100
-    log_every_steps: int = 20
+    min_lr_fraction: Fraction = 0.1
+    sparse_lr: Positive = 0.05
+    # 0 switches the in-batch retrieval loss off.
+    retrieval_weight: NonNegative = 0.2
+    temperature: Positive = 0.1
+    grad_clip: Positive = 1.0
+    checkpoint_every_steps: Count = 100
+    log_every_steps: Count = 20
     bf16: bool = True
     compile: bool = False
-    seed: int = 0
+    seed: Seed = 0
 
     def __post_init__(self) -> None:
-        if self.dense_lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"train.dense_lr_schedule={self.dense_lr_schedule!r} must be 'constant' or 'cosine'")
-        if not 0.0 <= self.min_lr_fraction <= 1.0:
-            raise ValueError(f"train.min_lr_fraction={self.min_lr_fraction} must be in [0, 1]")
+        _validate(self, "train")
 
 
 @dataclass(frozen=True)
@@ -353,26 +632,24 @@ class IndexConfig:
     """
 
     factory: str = "HNSW32,Flat"
-    recall_k: int = 10
-    recall_queries: int = 200
-    hnsw_ef_search: int = 64
-    nprobe: int = 32
+    recall_k: Count = 10
+    recall_queries: Count = 200
+    hnsw_ef_search: Count = 64
+    nprobe: Count = 32
     # k-means wants >= 39 points a centroid (FAISS warns below, and subsamples above 256): 200k rows
     # cover nlist = 4 * sqrt(N) up to N = 1.6M.
-    train_sample: int = 200_000
+    train_sample: Count = 200_000
     # Below this many vectors the index is exact (Flat): a graph index buys nothing at that size,
     # and HNSW over inner product loses near-duplicate clusters (users with equal features:
     # recall@10 0.0 on the Open Bandit sample's 337 users).
-    exact_below: int = 10_000
-    min_recall: float = 0.9
+    exact_below: NonNegativeInt = 10_000
+    min_recall: Fraction = 0.9
 
     def __post_init__(self) -> None:
-        for name in ("recall_k", "recall_queries", "hnsw_ef_search", "nprobe"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"index.{name}={getattr(self, name)} must be >= 1")
+        _validate(self, "index")
         needed = self.min_train_rows(self.factory)
         if self.train_sample < needed:
-            raise ValueError(
+            raise ConfigError(
                 f"index.train_sample={self.train_sample} is below the {needed} k-means centroids "
                 f"index.factory={self.factory!r} trains; raise it to >= {39 * needed} (39 points a centroid) "
                 "or use fewer IVF lists"
@@ -380,7 +657,7 @@ class IndexConfig:
 
     @staticmethod
     def factory_family(factory: str) -> str:
-        """`flat`, `ivf_flat`, `ivf_pq` or `hnsw`; a ValueError naming `index.factory` for anything else."""
+        """`flat`, `ivf_flat`, `ivf_pq` or `hnsw`; a ConfigError naming `index.factory` for anything else."""
         head, _, tail = factory.partition(",")
         if factory == "Flat":
             return "flat"
@@ -390,7 +667,7 @@ class IndexConfig:
             return "ivf_flat"
         if IndexConfig._count(head, "IVF") and IndexConfig._count(tail, "PQ"):
             return "ivf_pq"
-        raise ValueError(
+        raise ConfigError(
             f"index.factory={factory!r} is not a supported FAISS factory string; use one of: 'Flat' (exact), "
             "'IVF<nlist>,Flat' (IVF-Flat, e.g. 'IVF1024,Flat'), 'IVF<nlist>,PQ<m>' (IVF-PQ, e.g. 'IVF1024,PQ16', "
             "m dividing the vector dimension), 'HNSW<M>,Flat' (HNSW, e.g. 'HNSW32,Flat')"
@@ -419,16 +696,14 @@ class ExportConfig:
     gold.user_ad_candidates.
     """
 
-    nproc: int = 2
-    chunk_rows: int = 4096
-    user_input_files: int = 8
-    candidates_k: int = 50
-    progress_every_chunks: int = 20
+    nproc: Count = 2
+    chunk_rows: Count = 4096
+    user_input_files: Count = 8
+    candidates_k: Count = 50
+    progress_every_chunks: Count = 20
 
     def __post_init__(self) -> None:
-        for name in ("nproc", "chunk_rows", "user_input_files", "candidates_k", "progress_every_chunks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"export.{name}={getattr(self, name)} must be at least 1")
+        _validate(self, "export")
 
 
 STUDENT_VARIANTS: tuple[str, ...] = ("labels", "kd", "adapter", "kd_embeddings", "adapter_no_embeddings")
@@ -453,45 +728,32 @@ class StudentConfig:
     from `adapter_prior_sds` by held-out log loss on a `validation_fraction` of its window.
     """
 
-    features: tuple[str, ...] = ("user_id", "age_bucket", "country", "device", "ad_id", "advertiser_id",
-                                 "category", "ad_format", "objective", "position")
-    embedding_dim: int = 8
-    dense_dims: tuple[int, ...] = (64, 32)
-    variants: tuple[str, ...] = ("labels", "kd", "adapter")
-    eval_days: int = 1
-    adapter_days: int = 1
-    embedding_lag_days: int = 0
-    batch_size: int = 128
-    epochs: int = 3
-    checks_per_epoch: int = 4
-    validation_fraction: float = 0.1
-    lr: float = 3e-3
-    weight_decay: float = 1e-5
-    kd_weight: float = 1.0
-    temperature: float = 1.0
-    adapter_features: tuple[str, ...] = ("ad_id", "advertiser_id")
-    adapter_prior_sds: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0)
-    seed: int = 0
+    features: Names = ("user_id", "age_bucket", "country", "device", "ad_id", "advertiser_id",
+                       "category", "ad_format", "objective", "position")
+    embedding_dim: Count = 8
+    dense_dims: tuple[Count, ...] = (64, 32)
+    variants: Annotated[tuple[str, ...], Distinct()] = ("labels", "kd", "adapter")
+    eval_days: Count = 1
+    adapter_days: Count = 1
+    embedding_lag_days: NonNegativeInt = 0
+    batch_size: Count = 128
+    epochs: Count = 3
+    checks_per_epoch: Count = 4
+    # Both the students' and the adapter's held-out share: some rows must remain on each side.
+    validation_fraction: Annotated[float, Between(0, 1, low_open=True, high_open=True)] = 0.1
+    lr: Positive = 3e-3
+    weight_decay: NonNegative = 1e-5
+    kd_weight: NonNegative = 1.0
+    temperature: Positive = 1.0
+    adapter_features: Names = ("ad_id", "advertiser_id")
+    adapter_prior_sds: Annotated[tuple[Positive, ...], NonEmpty()] = (0.05, 0.1, 0.2, 0.5, 1.0)
+    seed: Seed = 0
 
     def __post_init__(self) -> None:
+        _validate(self, "student")
         unknown = [v for v in self.variants if v not in STUDENT_VARIANTS]
         if unknown or not self.variants:
-            raise ValueError(f"student.variants={self.variants} must be a non-empty subset of {STUDENT_VARIANTS}")
-        for name in ("embedding_dim", "eval_days", "adapter_days", "batch_size", "epochs", "checks_per_epoch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"student.{name}={getattr(self, name)} must be >= 1")
-        if self.embedding_lag_days < 0:
-            raise ValueError(f"student.embedding_lag_days={self.embedding_lag_days} must be >= 0")
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(f"student.validation_fraction={self.validation_fraction} must be in (0, 1)")
-        for name in ("lr", "temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"student.{name}={getattr(self, name)} must be > 0")
-        if not self.adapter_prior_sds or min(self.adapter_prior_sds) <= 0:
-            raise ValueError(f"student.adapter_prior_sds={self.adapter_prior_sds} must be non-empty and all > 0")
-        if self.kd_weight < 0 or self.weight_decay < 0:
-            raise ValueError(f"student.kd_weight={self.kd_weight} and student.weight_decay={self.weight_decay} "
-                             "must be >= 0")
+            raise ConfigError(f"student.variants={self.variants} must be a non-empty subset of {STUDENT_VARIANTS}")
 
 
 # GemConfig sections read only after the teacher is trained.
@@ -511,13 +773,14 @@ class GemConfig:
     student: StudentConfig = field(default_factory=StudentConfig)
 
     def __post_init__(self) -> None:
+        _validate(self, "")
         # The student calendar (world.holdout_days > student.eval_days) is checked where students are
         # trained (`gem_model.distill.data.StudentCalendar`): a teacher-only world with one holdout day is valid.
         st, names = self.student, [f.name for f in self.features.features]
         for group in ("features", "adapter_features"):
             bad = [f for f in getattr(st, group) if f not in names or f == self.features.domain_feature]
             if bad or not getattr(st, group):
-                raise ValueError(
+                raise ConfigError(
                     f"student.{group}={getattr(st, group)}: {bad or 'empty'}; each must name a features.features "
                     f"entry other than the domain feature {self.features.domain_feature!r} (one student per "
                     f"value of it); choose from {[n for n in names if n != self.features.domain_feature]}"
@@ -526,18 +789,28 @@ class GemConfig:
     @staticmethod
     def from_preset(name: str) -> GemConfig:
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return PRESETS[name]
 
     @staticmethod
     def load(preset: str, overrides_path: str | None = None, data_source: str | None = None) -> GemConfig:
-        """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`."""
+        """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`.
+
+        Any problem with the file (missing, empty, not JSON, not an object, a bad key or value) is a
+        `ConfigError` whose message starts with the file's path.
+        """
         cfg = GemConfig.from_preset(preset)
         if overrides_path:
-            with open(overrides_path) as fh:
-                cfg = GemConfig.from_dict(json.load(fh), base=cfg)
+            overrides = _read_overrides(Path(overrides_path))
+            try:
+                cfg = GemConfig.from_dict(overrides, base=cfg)
+            except ConfigError as e:
+                raise ConfigError(f"config file {overrides_path}: {e}") from None
         if data_source:
-            cfg = GemConfig.from_dict({"data": {"source": data_source}}, base=cfg)
+            try:
+                cfg = GemConfig.from_dict({"data": {"source": data_source}}, base=cfg)
+            except ConfigError as e:
+                raise ConfigError(f"data source {data_source!r} (GEM_DATA_SOURCE or --data-source): {e}") from None
         return cfg
 
     @staticmethod
@@ -554,8 +827,9 @@ class GemConfig:
 
     @staticmethod
     def from_dict(data: dict[str, Any], base: GemConfig | None = None) -> GemConfig:
-        """Build a config from (possibly partial) nested dicts over `base`; unknown keys raise."""
-        return _merge(base or GemConfig(), data, "config")
+        """Build a config from (possibly partial) nested dicts over `base`; unknown keys and values of
+        the wrong type or out of range raise a `ConfigError` naming the dotted key."""
+        return _merge(base or GemConfig(), data, "")
 
     @property
     def fingerprint(self) -> str:
@@ -575,32 +849,48 @@ def _to_jsonable(value: Any) -> Any:
     return value
 
 
-def _merge(obj: Any, data: Any, where: str) -> Any:
-    if not dataclasses.is_dataclass(obj):
-        return _coerce(obj, data, where)
+_OVERRIDES_EXAMPLE = '{"train": {"epochs": 1}, "world": {"n_days": 10}}'
+
+
+def _read_overrides(path: Path) -> dict[str, Any]:
+    """The JSON object in the overrides file `path`; a ConfigError naming the file and the fix otherwise."""
+    where = f"config file {path} (GEM_CONFIG or --config)"
+    fix = f"write a JSON object of overrides, e.g. {_OVERRIDES_EXAMPLE}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where} does not exist; point GEM_CONFIG at an existing file, or unset it to use "
+                          "the preset alone") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where} cannot be read ({e}); point GEM_CONFIG at a readable UTF-8 JSON file") from None
+    if not text.strip():
+        raise ConfigError(f"{where} is empty; {fix}, or unset GEM_CONFIG to use the preset alone")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; {fix}") from None
     if not isinstance(data, dict):
-        raise TypeError(f"{where}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(obj)}
-    unknown = sorted(set(data) - set(fields))
+        raise ConfigError(f"{where}: the top level is {_kind(data)}, not a JSON object; {fix}")
+    return data
+
+
+def _merge(obj: Any, data: Any, where: str) -> Any:
+    """`obj` (a config dataclass) with the JSON `data` applied: nested sections merge, other values replace."""
+    cls = type(obj)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}={_show(data)}: must be {_describe(cls)}, not {_kind(data)}")
+    hints, fields = _hints(cls), {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(data) - fields)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
-    changes = {k: _merge(getattr(obj, k), v, f"{where}.{k}") for k, v in data.items()}
+        raise ConfigError(f"{_in(where)}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+    changes = {}
+    for key, value in data.items():
+        path, current = _join(where, key), getattr(obj, key)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            changes[key] = _merge(current, value, path)
+        else:
+            changes[key] = _convert(value, hints[key], path)
     return dataclasses.replace(obj, **changes)
-
-
-def _coerce(current: Any, value: Any, where: str) -> Any:
-    if isinstance(current, date):
-        return date.fromisoformat(value) if isinstance(value, str) else value
-    if isinstance(current, tuple):
-        if current and dataclasses.is_dataclass(current[0]):
-            kind = type(current[0])
-            return tuple(v if isinstance(v, kind) else kind(**v) for v in value)
-        return tuple(value)
-    if isinstance(current, bool) or not isinstance(current, (int, float)):
-        return value
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{where}: expected a number, got {value!r}")
-    return type(current)(value)
 
 
 def _buckets(*sizes: int) -> tuple[SparseFeature, ...]:

@@ -18,7 +18,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # spark-submit runs this file as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.config import GemConfig
+from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
 from jobs.features.build import (
     DAILY_BRONZE,
@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-source", help="override data.source (synthetic, taobao, criteo, ...)")
     parser.add_argument("--days", type=int, help="only the first N days of the calendar")
     args = parser.parse_args(argv)
-    cfg = GemConfig.load(args.preset, args.config, args.data_source)
+    try:
+        cfg = GemConfig.load(args.preset, args.config, args.data_source)
+    except ConfigError as error:
+        parser.error(str(error))
     paths = GemPaths.from_env()
     spark = build_spark_session()
 

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gem_model.config import ConfigError
 from gem_model.paths import GemPaths
 
 if TYPE_CHECKING:
@@ -174,14 +175,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "demo":
         from dagster_project.demo import main as demo_main
 
-        demo_main()
+        try:
+            demo_main()
+        except ConfigError as error:  # GEM_PRESET / GEM_CONFIG / GEM_DATA_SOURCE: the message names key and fix
+            raise SystemExit(f"gem demo: {error}") from None
     elif args.command == "sql":
         if (args.file is None) == (args.execute is None):
             parser.error("gem sql: give exactly one of FILE or -e QUERY")
         run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format, args.limit,
                 _variables(args.var, parser))
     elif args.command == "export":
-        export(args.ds, args.model_version)
+        try:
+            export(args.ds, args.model_version)
+        except ConfigError as error:
+            raise SystemExit(f"gem export: {error}") from None
     else:
         neighbors(args.user_id, args.k, args.model_version)
 

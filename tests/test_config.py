@@ -1,9 +1,27 @@
 import json
+import re
+import sys
+import types
 from datetime import date
 
 import pytest
 
-from gem_model.config import FeatureSpec, GemConfig, TrainConfig, WorldConfig
+from gem_model.config import (
+    PRESETS,
+    ConfigError,
+    ExportConfig,
+    FeatureSpec,
+    GemConfig,
+    SequenceConfig,
+    SparseFeature,
+    StudentConfig,
+    TrainConfig,
+    WorldConfig,
+)
+
+# Recorded before the config became type- and range-checked (issue 12, item 8): a preset's
+# fingerprint names its trained model versions, so validation must not change any of them.
+PRESET_FINGERPRINTS = {"tiny": "ca0ff1abb8", "small": "22b4a68e16", "medium": "be88b3facd"}
 
 
 def test_presets_round_trip_through_json():
@@ -42,6 +60,9 @@ def test_holdout_start_is_first_holdout_day():
 def test_data_source_is_validated_and_overridable(monkeypatch):
     with pytest.raises(ValueError, match="data.source='kaggle' is not one of"):
         GemConfig.from_dict({"data": {"source": "kaggle"}})
+    monkeypatch.setenv("GEM_DATA_SOURCE", "kaggle")
+    with pytest.raises(ConfigError, match=r"^data source 'kaggle' \(GEM_DATA_SOURCE or --data-source\): data.source="):
+        GemConfig.from_env()
     monkeypatch.setenv("GEM_DATA_SOURCE", "criteo")
     assert GemConfig.from_env().data.source == "criteo"
 
@@ -82,3 +103,192 @@ def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns(
     assert FeatureSpec(sequence_item_attributes=()).sequence_side_columns.keys() == {"seq_action_idx", "seq_age_idx"}
     with pytest.raises(ValueError, match="'country' is not an ad attribute"):
         FeatureSpec(sequence_item_attributes=("country",))
+
+
+def test_every_preset_builds_and_keeps_its_fingerprint():
+    assert sorted(PRESETS) == sorted(PRESET_FINGERPRINTS)
+    for name, fingerprint in PRESET_FINGERPRINTS.items():
+        cfg = GemConfig.from_preset(name)
+        assert cfg.fingerprint == fingerprint, name
+        assert GemConfig.from_dict(json.loads(cfg.to_json())).fingerprint == fingerprint
+
+
+def _refused(overrides: dict, message: str) -> None:
+    """`overrides` is a ConfigError (a ValueError) whose message starts with `message`."""
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        GemConfig.from_dict(overrides)
+
+
+def test_a_string_false_is_not_a_boolean():
+    _refused({"train": {"compile": "false"}},
+             "train.compile='false': must be true or false (a JSON boolean), not a string")
+    _refused({"train": {"bf16": 0}}, "train.bf16=0: must be true or false (a JSON boolean), not an integer")
+    with pytest.raises(ConfigError, match=re.escape("train.compile='false': must be true or false")):
+        TrainConfig(compile="false")
+
+
+def test_a_string_is_not_a_tuple_of_surfaces():
+    _refused({"world": {"surfaces": "feed"}}, "world.surfaces='feed': must be a non-empty JSON array without "
+             "duplicates, each element one of ['feed', 'stories', 'reels', 'messaging', 'offsite'], not a string")
+    with pytest.raises(ConfigError, match=re.escape("world.surfaces='feed': must be a non-empty JSON array")):
+        WorldConfig(surfaces="feed")
+
+
+@pytest.mark.parametrize("surfaces, message", [
+    ([], "world.surfaces=[]: must be a non-empty JSON array"),
+    (["feed", "feed"], "world.surfaces=['feed', 'feed']: must be a non-empty JSON array without duplicates"),
+    (["feed", "tv"], "world.surfaces[1]='tv': must be one of ['feed', 'stories', 'reels', 'messaging', 'offsite']"),
+])
+def test_surfaces_are_a_non_empty_set_of_known_surfaces(surfaces, message):
+    _refused({"world": {"surfaces": surfaces}}, message)
+
+
+@pytest.mark.parametrize("section, key, value, allowed", [
+    ("train", "epochs", 0, "an integer >= 1"),
+    ("train", "nproc", 0, "an integer >= 1"),
+    ("train", "batch_size", -8, "an integer >= 1"),
+    ("export", "nproc", 0, "an integer >= 1"),
+    ("export", "chunk_rows", 0, "an integer >= 1"),
+    ("student", "epochs", 0, "an integer >= 1"),
+    ("world", "n_users", 0, "an integer >= 1"),
+    ("world", "n_days", -1, "an integer >= 1"),
+    ("world", "holdout_days", 0, "an integer >= 1"),
+    ("features", "max_seq_len", 0, "an integer >= 1"),
+    ("features", "action_buckets", 1, "an integer >= 2"),
+    ("index", "train_sample", 0, "an integer >= 1"),
+])
+def test_zero_and_negative_sizes_are_refused_when_the_config_is_built(section, key, value, allowed):
+    _refused({section: {key: value}}, f"{section}.{key}={value}: must be {allowed}")
+
+
+def test_direct_construction_is_checked_like_json():
+    for build, message in [
+        (lambda: TrainConfig(epochs=0), "train.epochs=0: must be an integer >= 1"),
+        (lambda: TrainConfig(nproc=0), "train.nproc=0: must be an integer >= 1"),
+        (lambda: ExportConfig(nproc=0), "export.nproc=0: must be an integer >= 1"),
+        (lambda: TrainConfig(dense_lr=-1.0), "train.dense_lr=-1.0: must be a number > 0"),
+        (lambda: SequenceConfig(pyramid=(16, 0)), "model.sequence.pyramid[1]=0: must be an integer >= 1"),
+        (lambda: SparseFeature("user_id", 1, "user"),
+         "features.features['user_id'].buckets=1: must be an integer >= 2"),
+        (lambda: StudentConfig(validation_fraction=1.0), "student.validation_fraction=1.0: must be a number in (0, 1)"),
+    ]:
+        with pytest.raises(ConfigError, match="^" + re.escape(message)):
+            build()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"train": {"epochs": 2.5}}, "train.epochs=2.5: must be an integer >= 1, not a float"),
+    ({"train": {"epochs": "3"}}, "train.epochs='3': must be an integer >= 1, not a string"),
+    ({"train": {"epochs": True}}, "train.epochs=True: must be an integer >= 1, not a boolean"),
+    ({"train": {"dense_lr": "0.01"}}, "train.dense_lr='0.01': must be a number > 0, not a string"),
+    ({"train": {"dense_lr": 0}}, "train.dense_lr=0: must be a number > 0"),
+    ({"train": {"min_lr_fraction": 1.5}}, "train.min_lr_fraction=1.5: must be a number in [0, 1]"),
+    ({"train": {"retrieval_weight": -0.1}}, "train.retrieval_weight=-0.1: must be a number >= 0"),
+    ({"train": {"grad_clip": float("inf")}}, "train.grad_clip=inf: must be a number > 0 (a finite number)"),
+    ({"train": {"seed": -1}}, "train.seed=-1: must be an integer >= 0"),
+    ({"train": {"dense_lr_schedule": "step"}}, "train.dense_lr_schedule='step': must be one of ['constant', 'cosine']"),
+    ({"world": {"new_ad_fraction": 1}}, "world.new_ad_fraction=1: must be a number in [0, 1)"),
+    ({"world": {"start_date": "01/11/2026"}}, "world.start_date='01/11/2026': must be an ISO date string (YYYY-MM-DD)"),
+    ({"world": {"start_date": 20261101}}, "world.start_date=20261101: must be an ISO date string (YYYY-MM-DD), "
+                                          "not an integer"),
+    ({"world": 3}, "world=3: must be a JSON object of WorldConfig settings, not an integer"),
+    ({"data": {"click_rate_bounds": [0.1]}}, "data.click_rate_bounds=[0.1]: must be a JSON array of exactly 2 "
+                                             "elements, each a number in [0, 1], not an array of 1"),
+    ({"data": {"click_rate_bounds": [0.5, 0.1]}}, "data.click_rate_bounds=[0.5, 0.1]: the low bound exceeds"),
+    ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
+    ({"model": {"sequence": {"activation": "relu"}}}, "model.sequence.activation='relu': must be one of"),
+    ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
+                                               "each element an integer >= 1"),
+    ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer >= 1"),
+    ({"model": {"surface_dims": [32, 16]}}, "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
+                                           "element, an integer >= 1, not an array of 2"),
+    ({"model": {"use_sequence": "no"}}, "model.use_sequence='no': must be true or false (a JSON boolean)"),
+    ({"features": {"features": "user_id"}}, "features.features='user_id': must be a non-empty JSON array"),
+    ({"features": {"features": [{"name": "user_id", "buckets": 0, "side": "user"}]}},
+     "features.features[0].buckets=0: must be an integer >= 2"),
+    ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "person"}]}},
+     "features.features[0].side='person': must be one of ['user', 'ad', 'context']"),
+    ({"features": {"features": [{"name": "user_id", "buckets": 8}]}},
+     "config.features.features[0]: missing key(s) ['side']"),
+    ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "user", "dim": 4}]}},
+     "config.features.features[0]: unknown key(s) ['dim']"),
+    ({"index": {"min_recall": 1.01}}, "index.min_recall=1.01: must be a number in [0, 1]"),
+    ({"student": {"adapter_prior_sds": [0.1, 0]}}, "student.adapter_prior_sds[1]=0: must be a number > 0"),
+    ({"student": {"variants": ["kd", "kd"]}}, "student.variants=['kd', 'kd']: must be a JSON array without duplicates"),
+    ({"student": {"features": "user_id"}}, "student.features='user_id': must be a non-empty JSON array"),
+])
+def test_type_and_range_errors_name_the_key_the_value_and_what_is_allowed(overrides, message):
+    _refused(overrides, message)
+
+
+def test_the_top_level_must_be_an_object():
+    _refused([{"train": {"epochs": 1}}], "config=[{'train': {'epochs': 1}}]: must be a JSON object")
+
+
+def test_valid_edge_values_and_json_forms_are_accepted():
+    cfg = GemConfig.from_dict({
+        "world": {"surfaces": ["feed"], "start_date": "2026-01-01"},
+        "features": {"lookback_days": 0, "sequence_item_attributes": []},
+        "train": {"retrieval_weight": 0, "min_lr_fraction": 1, "dense_lr": 1},
+        "model": {"sequence": {"n_recent": 0}, "tower_dims": []},
+        "index": {"exact_below": 0, "min_recall": 0},
+        "data": {"label_check_min_rows": 0, "click_rate_bounds": [0, 1]},
+        "student": {"embedding_lag_days": 0, "kd_weight": 0},
+    })
+    assert cfg.world.surfaces == ("feed",) and cfg.world.start_date == date(2026, 1, 1)
+    assert cfg.train.dense_lr == 1.0 and isinstance(cfg.train.dense_lr, float)  # an int is a JSON number
+    assert cfg.data.click_rate_bounds == (0.0, 1.0) and cfg.model.tower_dims == ()
+
+
+def test_an_integer_for_a_float_field_does_not_rename_the_model():
+    assert GemConfig.from_dict({"train": {"grad_clip": 1}}).fingerprint == PRESET_FINGERPRINTS["tiny"]
+    assert TrainConfig(grad_clip=1) == TrainConfig() and isinstance(TrainConfig(grad_clip=1).grad_clip, float)
+
+
+def test_config_errors_are_value_errors():
+    assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, " does not exist; point GEM_CONFIG at an existing file, or unset it"),
+    ("", " is empty; write a JSON object of overrides, e.g. {"),
+    ("  \n", " is empty; write a JSON object of overrides"),
+    ('{"train": {"epochs": 1,}}', " is not valid JSON: Expecting property name enclosed in double quotes at line 1, "
+                                  "column 24; write a JSON object of overrides"),
+    ('{\n  "train": {"epochs": 1}\n  "world": {}\n}',
+     " is not valid JSON: Expecting ',' delimiter at line 3, column 3"),
+    ("[1, 2]", ": the top level is an array, not a JSON object; write a JSON object of overrides"),
+    ('"train"', ": the top level is a string, not a JSON object"),
+])
+def test_a_bad_gem_config_file_is_named_with_the_problem_and_the_fix(tmp_path, monkeypatch, text, message):
+    path = tmp_path / "overrides.json"
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setenv("GEM_CONFIG", str(path))
+    with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path} (GEM_CONFIG or --config){message}")):
+        GemConfig.from_env()
+
+
+def test_a_bad_value_in_a_gem_config_file_names_the_file_and_the_key(tmp_path, monkeypatch):
+    path = tmp_path / "overrides.json"
+    path.write_text('{"train": {"compile": "false", "epochs": 1}}')
+    monkeypatch.setenv("GEM_CONFIG", str(path))
+    with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path}: train.compile='false': must be true")):
+        GemConfig.from_env()
+    path.write_text('{"train": {"epochs": 1}}')
+    assert GemConfig.from_env().train.epochs == 1
+
+
+def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monkeypatch):
+    from jobs.cli import main
+
+    (tmp_path / "empty.json").write_text("")
+    monkeypatch.setenv("GEM_CONFIG", str(tmp_path / "empty.json"))
+    # The demo stand-in reads the config as dagster_project.demo does, without importing Dagster.
+    demo = types.ModuleType("dagster_project.demo")
+    demo.main = GemConfig.from_env
+    monkeypatch.setitem(sys.modules, "dagster_project.demo", demo)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo"])
+    assert str(exit_info.value).startswith(f"gem demo: config file {tmp_path / 'empty.json'} (GEM_CONFIG or --config) "
+                                           "is empty")
