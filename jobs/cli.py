@@ -1,10 +1,10 @@
 """`gem`: the command line of GEM Pipeline.
 
     gem demo                          materialise the whole asset graph and print a summary
-    gem sql FILE | -e QUERY           Spark SQL over the lake (tables as <layer>.<table>, plus
-          [--format table|json|csv]   meta.models and meta.table_history); runs the statements in
-          [--limit N]                 order and prints the last one's rows; --var sets a variable
-          [--var NAME=VALUE ...]      the file declares (docs/SQL.md), e.g. --var for_user_id=42
+    gem sql FILE | -e QUERY           read-only SQL (DuckDB) over the lake: tables as <layer>.<table>,
+          [--format table|json|csv]   plus meta.models and meta.table_history; one query, after the
+          [--limit N]                 SET VARIABLE defaults it declares; --var overrides one of them
+          [--var NAME=VALUE ...]      (docs/SQL.md), e.g. --var for_user_id=42
     gem neighbors --user-id N [--k 10] [--model-version V]
                                       nearest ads to a user from the FAISS ads index
     gem export --ds D [--model-version V]
@@ -20,13 +20,9 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gem_model.config import ConfigError
 from gem_model.paths import GemPaths
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 
 def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
@@ -47,58 +43,19 @@ def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
         print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
-def strip_comments(sql: str) -> str:
-    """Drop `--` line comments (outside quotes), so a `;` in a comment does not split statements."""
-    lines = []
-    for line in sql.splitlines():
-        quoted, cut = None, len(line)
-        for i, ch in enumerate(line):
-            if quoted:
-                quoted = None if ch == quoted else quoted
-            elif ch in "'\"`":
-                quoted = ch
-            elif line.startswith("--", i):
-                cut = i
-                break
-        lines.append(line[:cut])
-    return "\n".join(lines)
-
-
-def sql_statements(query: str) -> list[str]:
-    return [s.strip() for s in strip_comments(query).split(";") if s.strip()]
-
-
-def execute_sql(spark: SparkSession, query: str, variables: dict[str, str] | None = None) -> DataFrame:
-    """Run `query`'s statements in order and return the last one's DataFrame.
-
-    `variables` (name -> value, as text) are set with `SET VAR` just before the last statement, so they
-    override the defaults the file's `DECLARE OR REPLACE VARIABLE` statements gave them; Spark casts the
-    text to the declared type (BIGINT, DATE, ...) and names an undeclared variable in its error.
-    """
-    statements = sql_statements(query)
-    if not statements:
-        raise ValueError("the query is empty: give at least one SQL statement")
-    for statement in statements[:-1]:
-        spark.sql(statement)
-    for name, value in (variables or {}).items():
-        literal = value.replace("\\", "\\\\").replace("'", "\\'")
-        spark.sql(f"SET VAR {name} = '{literal}'")
-    return spark.sql(statements[-1])
-
-
 def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None) -> None:
-    from jobs.lake import register_tables
-    from jobs.spark_session import build_spark_session
+    import duckdb
 
-    spark = build_spark_session()
-    spark.sparkContext.setLogLevel("ERROR")
-    register_tables(spark, GemPaths.from_env())
-    if not sql_statements(query):
-        raise SystemExit("gem sql: the query is empty")
-    df = execute_sql(spark, query, variables)
-    if limit is not None:
-        df = df.limit(limit)
-    _print_rows(df.columns, [list(r) for r in df.collect()], fmt)
+    from jobs.lake_sql import LakeSQL, LakeSQLError
+
+    try:
+        with LakeSQL(GemPaths.from_env()) as sql:
+            relation = sql.query(query, variables)
+            if limit is not None:
+                relation = relation.limit(limit)
+            _print_rows(relation.columns, [list(r) for r in relation.fetchall()], fmt)
+    except (LakeSQLError, duckdb.Error) as error:
+        raise SystemExit(f"gem sql: {str(error).strip()}") from error
 
 
 def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -157,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
-    sql = sub.add_parser("sql", help="run Spark SQL over the lake")
+    sql = sub.add_parser("sql", help="run a read-only query (DuckDB SQL) over the lake")
     sql.add_argument("file", nargs="?", type=Path, help="a .sql file (e.g. sql/row_counts.sql)")
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
@@ -182,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "sql":
         if (args.file is None) == (args.execute is None):
             parser.error("gem sql: give exactly one of FILE or -e QUERY")
+        if args.limit is not None and args.limit < 0:
+            parser.error(f"gem sql: --limit {args.limit} must be 0 or more")
         run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format, args.limit,
                 _variables(args.var, parser))
     elif args.command == "export":

@@ -23,10 +23,11 @@ SELECT model_version, ds,
        CASE WHEN grouping(surface) = 1 THEN 'all' ELSE surface END AS surface,
        task,
        count(*) AS examples,
-       sum(cast(label AS int)) AS positives,
+       count_if(label) AS positives,
        avg(predicted) AS predicted_rate,
        avg(cast(label AS int)) AS observed_rate,
        avg(predicted) / nullif(avg(cast(label AS int)), 0) AS calibration
 FROM tasks
 GROUP BY GROUPING SETS ((model_version, ds, task, surface), (model_version, ds, task))
-ORDER BY model_version, ds, surface <> 'all', surface, task
+-- grouping() and not the surface alias: DuckDB would resolve `surface` in ORDER BY to the grouped column
+ORDER BY model_version, ds, grouping(surface) DESC, surface, task

@@ -32,7 +32,7 @@ SELECT l.model_version, m.created_at AS model_created_at, l.entity,
        l.embedded, l.covered, c.known,
        l.covered / nullif(c.known, 0) AS coverage,
        n.newest_data_ds,
-       datediff(n.newest_data_ds, l.latest_ds) AS days_behind
+       datediff('day', l.latest_ds, n.newest_data_ds) AS days_behind
 FROM latest l
 LEFT JOIN known_counts c ON c.entity = l.entity
 LEFT JOIN meta.models m ON m.model_version = l.model_version

@@ -5,11 +5,11 @@
 SELECT ds,
        CASE WHEN grouping(surface) = 1 THEN 'all' ELSE surface END AS surface,
        count(*) AS impressions,
-       sum(cast(clicked AS int)) AS clicks,
-       sum(cast(converted AS int)) AS conversions,
+       count_if(clicked) AS clicks,
+       count_if(converted) AS conversions,
        avg(cast(clicked AS int)) AS ctr,
        avg(cast(converted AS int)) AS conversions_per_impression,
-       sum(cast(converted AS int)) / nullif(sum(cast(clicked AS int)), 0) AS cvr_given_click
+       count_if(converted) / nullif(count_if(clicked), 0) AS cvr_given_click
 FROM bronze.impressions
 GROUP BY GROUPING SETS ((ds, surface), (ds))
-ORDER BY ds, surface <> 'all', surface
+ORDER BY ds, grouping(surface) DESC, surface

@@ -8,13 +8,13 @@
 -- meta.models (the training window: last_train_day; every day when the manifest is missing).
 -- Parameters: for_model_version (default NULL: the newest version in gold.teacher_logits, by manifest
 -- created_at then name), e.g. `gem sql sql/student_training_set.sql --var for_model_version=gem-... --format json`.
-DECLARE OR REPLACE VARIABLE for_model_version STRING DEFAULT NULL;
+SET VARIABLE for_model_version = NULL::VARCHAR;
 
 WITH teacher AS (
   SELECT v.model_version, m.last_train_day
   FROM (SELECT DISTINCT model_version FROM gold.teacher_logits) v
   LEFT JOIN meta.models m ON m.model_version = v.model_version
-  WHERE for_model_version IS NULL OR v.model_version = for_model_version
+  WHERE getvariable('for_model_version') IS NULL OR v.model_version = getvariable('for_model_version')
   ORDER BY m.created_at DESC NULLS LAST, v.model_version DESC
   LIMIT 1
 )

@@ -1,6 +1,7 @@
 -- Distribution shift of the teacher's logits between two model versions, on the impressions both
 -- scored, per surface (and 'all' surfaces) and logit (ctr_logit, cvr_logit):
---   mean / stddev / p05 / p50 / p95 of each version (quantiles approximate: percentile_approx),
+--   mean / stddev (sample) / p05 / p50 / p95 of each version (quantiles exact: quantile_disc, a value of
+--   the data at rank floor((n - 1) * q)),
 --   mean_diff = mean(b - a), mean_abs_diff = mean(|b - a|), correlation = corr(a, b)
 --   (NULL where either version's logit is constant).
 -- Version a is the baseline, b the candidate. By default b is the newest version in gold.teacher_logits
@@ -10,8 +11,8 @@
 -- Tables: gold.teacher_logits, meta.models.
 -- Parameters: baseline_version, candidate_version (default NULL: as above), e.g.
 -- `gem sql sql/teacher_logit_shift.sql --var baseline_version=gem-tiny-...-d3 --var candidate_version=...`.
-DECLARE OR REPLACE VARIABLE baseline_version STRING DEFAULT NULL;
-DECLARE OR REPLACE VARIABLE candidate_version STRING DEFAULT NULL;
+SET VARIABLE baseline_version = NULL::VARCHAR;
+SET VARIABLE candidate_version = NULL::VARCHAR;
 
 WITH versions AS (
   SELECT v.model_version,
@@ -19,13 +20,15 @@ WITH versions AS (
   FROM (SELECT DISTINCT model_version FROM gold.teacher_logits) v
   LEFT JOIN meta.models m ON m.model_version = v.model_version
 ), pair AS (
-  SELECT coalesce(baseline_version, (SELECT max_by(model_version, recency) FROM versions WHERE recency <= 2))
-           AS version_a,
-         coalesce(candidate_version, (SELECT model_version FROM versions WHERE recency = 1)) AS version_b
+  SELECT coalesce(getvariable('baseline_version'),
+                  (SELECT max_by(model_version, recency) FROM versions WHERE recency <= 2)) AS version_a,
+         coalesce(getvariable('candidate_version'),
+                  (SELECT model_version FROM versions WHERE recency = 1)) AS version_b
 ), logits AS (
-  SELECT p.version_a, p.version_b, ta.surface, stack(2,
-           'ctr_logit', cast(ta.ctr_logit AS double), cast(tb.ctr_logit AS double),
-           'cvr_logit', cast(ta.cvr_logit AS double), cast(tb.cvr_logit AS double)) AS (logit, a, b)
+  SELECT p.version_a, p.version_b, ta.surface, unnest([
+           {'logit': 'ctr_logit', 'a': cast(ta.ctr_logit AS double), 'b': cast(tb.ctr_logit AS double)},
+           {'logit': 'cvr_logit', 'a': cast(ta.cvr_logit AS double), 'b': cast(tb.cvr_logit AS double)}],
+         recursive := true)
   FROM pair p
   JOIN gold.teacher_logits ta ON ta.model_version = p.version_a
   JOIN gold.teacher_logits tb
@@ -37,12 +40,12 @@ SELECT version_a, version_b,
        count(*) AS impressions,
        avg(a) AS mean_a, avg(b) AS mean_b,
        stddev(a) AS stddev_a, stddev(b) AS stddev_b,
-       percentile_approx(a, 0.05) AS p05_a, percentile_approx(a, 0.5) AS p50_a, percentile_approx(a, 0.95) AS p95_a,
-       percentile_approx(b, 0.05) AS p05_b, percentile_approx(b, 0.5) AS p50_b, percentile_approx(b, 0.95) AS p95_b,
+       quantile_disc(a, 0.05) AS p05_a, quantile_disc(a, 0.5) AS p50_a, quantile_disc(a, 0.95) AS p95_a,
+       quantile_disc(b, 0.05) AS p05_b, quantile_disc(b, 0.5) AS p50_b, quantile_disc(b, 0.95) AS p95_b,
        avg(b - a) AS mean_diff,
        avg(abs(b - a)) AS mean_abs_diff,
-       -- corr(a, b), written out: Spark's corr raises (ANSI division by zero) when a version is constant
+       -- corr(a, b), written out so that a constant version gives NULL (corr would give NaN)
        covar_pop(a, b) / nullif(stddev_pop(a) * stddev_pop(b), 0) AS correlation
 FROM logits
 GROUP BY GROUPING SETS ((version_a, version_b, logit, surface), (version_a, version_b, logit))
-ORDER BY surface <> 'all', surface, logit
+ORDER BY grouping(surface) DESC, surface, logit

@@ -5,31 +5,32 @@
 -- Tables: gold.user_embeddings, gold.ad_embeddings, meta.models.
 -- Parameters: for_user_id (default 1), top_k (default 10), for_model_version and for_ds (default NULL:
 -- newest), e.g. `gem sql sql/top_ads_for_user.sql --var for_user_id=42 --var top_k=5`.
-DECLARE OR REPLACE VARIABLE for_user_id BIGINT DEFAULT 1;
-DECLARE OR REPLACE VARIABLE top_k INT DEFAULT 10;
-DECLARE OR REPLACE VARIABLE for_model_version STRING DEFAULT NULL;
-DECLARE OR REPLACE VARIABLE for_ds DATE DEFAULT NULL;
+-- score is computed in DOUBLE from the FLOAT embeddings.
+SET VARIABLE for_user_id = 1::BIGINT;
+SET VARIABLE top_k = 10::INTEGER;
+SET VARIABLE for_model_version = NULL::VARCHAR;
+SET VARIABLE for_ds = NULL::DATE;
 
 WITH user_vectors AS (
   SELECT e.model_version, e.ds, e.embedding, m.created_at
   FROM gold.user_embeddings e
   LEFT JOIN meta.models m ON m.model_version = e.model_version
-  WHERE e.user_id = for_user_id
-    AND (for_model_version IS NULL OR e.model_version = for_model_version)
-    AND (for_ds IS NULL OR e.ds = for_ds)
+  WHERE e.user_id = getvariable('for_user_id')
+    AND (getvariable('for_model_version') IS NULL OR e.model_version = getvariable('for_model_version'))
+    AND (getvariable('for_ds') IS NULL OR e.ds = getvariable('for_ds'))
 ), chosen AS (
   SELECT model_version, ds, embedding FROM user_vectors
   ORDER BY created_at DESC NULLS LAST, model_version DESC, ds DESC
   LIMIT 1
 ), scored AS (
   SELECT a.model_version, a.ds, a.ad_id,
-         aggregate(zip_with(a.embedding, u.embedding, (x, y) -> x * y), 0D, (acc, v) -> acc + v) AS score
+         list_inner_product(a.embedding::DOUBLE[], u.embedding::DOUBLE[]) AS score
   FROM gold.ad_embeddings a
   JOIN chosen u ON a.model_version = u.model_version AND a.ds = u.ds
 )
 SELECT * FROM (
-  SELECT model_version, ds, for_user_id AS user_id, ad_id, score,
+  SELECT model_version, ds, getvariable('for_user_id') AS user_id, ad_id, score,
          row_number() OVER (ORDER BY score DESC, ad_id) AS rank
   FROM scored
-) WHERE rank <= top_k
+) WHERE rank <= getvariable('top_k')
 ORDER BY rank

@@ -20,11 +20,12 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     assert len(list(graph.asset_check_keys)) >= 12
 
 
-def test_sql_comments_do_not_split_statements():
-    from jobs.cli import strip_comments
+def test_sql_comments_and_quotes_do_not_split_statements():
+    from jobs.lake_sql import parse_sql
 
-    sql = "-- a; b\nSELECT '--; kept' AS x -- trailing; comment\nFROM t"
-    assert strip_comments(sql) == "\nSELECT '--; kept' AS x \nFROM t"
+    parsed = parse_sql("-- a; b\nSET VARIABLE x = 'a;b';\n/* ; */ SELECT '--; kept' AS x -- trailing; comment\nFROM t")
+    assert parsed.variables == ["x"]
+    assert parsed.query.strip() == "/* ; */ SELECT '--; kept' AS x -- trailing; comment\nFROM t"
 
 
 def test_new_teacher_requests_an_export_of_every_holdout_day_with_valid_config(tmp_path):

@@ -1,9 +1,10 @@
 """The SQL pack (sql/*.sql) and the reports/sql_pack asset over a tiny hand-made lake.
 
-The lake is written directly (contract schemas, a few rows, values picked so that every expected
-number below is worked out by hand in its comment): two teacher versions, `m-old` trained on
-2026-11-01 and `m-new` on 2026-11-01..02, both scoring 2026-11-02..03; gold.training_examples is
-committed one day at a time, so its Delta versions are 0..3 for 2026-11-01..04.
+The lake is written directly with Spark, as the pipeline writes it (contract schemas, a few rows, values
+picked so that every expected number below is worked out by hand in its comment), and queried through
+`jobs.lake_sql` (DuckDB): two teacher versions, `m-old` trained on 2026-11-01 and `m-new` on
+2026-11-01..02, both scoring 2026-11-02..03; gold.training_examples is committed one day at a time,
+so its Delta versions are 0..3 for 2026-11-01..04.
 """
 
 import json
@@ -15,12 +16,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_project.defs.reports.assets import ReportQueryError, referenced_tables, run_report_queries, sql_pack
+from dagster_project.defs.reports.assets import ReportQueryError, run_report_queries, sql_pack
 from dagster_project.resources.lake import LakeResource
-from dagster_project.resources.spark import SparkResource
 from gem_model.paths import GemPaths
-from jobs.cli import execute_sql
-from jobs.lake import register_tables
+from jobs.lake_sql import LakeSQL, referenced_tables
 from jobs.table_contract import CONTRACT
 
 pytestmark = pytest.mark.spark
@@ -92,7 +91,7 @@ def _embeddings(id_column: str, vectors: dict[tuple[str, date], dict[int, list[f
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory) -> Iterator[GemPaths]:
+def lake(spark, tmp_path_factory) -> GemPaths:
     partitions = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "2")  # a few rows: fewer tasks, a faster module
     paths = GemPaths(tmp_path_factory.mktemp("sql_pack") / "gem")
@@ -129,18 +128,27 @@ def lake(spark, tmp_path_factory) -> Iterator[GemPaths]:
         _manifest(paths, version, *spec)
     _manifest(paths, "m-wip.partial", "2026-11-06T00:00:00+00:00", "gem", 3, [D1], [D2])  # mid-rename: not a model
     paths.set_latest_model_version("m-new")
-    register_tables(spark, paths)
-    yield paths
     spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    return paths
 
 
-def _query(spark, name: str, **variables: object) -> list[dict]:
-    df = execute_sql(spark, (SQL_DIR / f"{name}.sql").read_text(), {k: str(v) for k, v in variables.items()})
-    return [r.asDict(recursive=True) for r in df.collect()]
+@pytest.fixture(scope="module")
+def sql(lake) -> Iterator[LakeSQL]:
+    with LakeSQL(lake) as session:
+        yield session
 
 
-def test_calibration_per_surface_task_and_day(spark, lake):
-    rows = {(r["model_version"], r["ds"], r["surface"], r["task"]): r for r in _query(spark, "calibration_by_surface")}
+def _rows(sql: LakeSQL, text: str, **variables: object) -> list[dict]:
+    relation = sql.query(text, {k: str(v) for k, v in variables.items()})
+    return [dict(zip(relation.columns, row)) for row in relation.fetchall()]
+
+
+def _query(sql: LakeSQL, name: str, **variables: object) -> list[dict]:
+    return _rows(sql, (SQL_DIR / f"{name}.sql").read_text(), **variables)
+
+
+def test_calibration_per_surface_task_and_day(sql):
+    rows = {(r["model_version"], r["ds"], r["surface"], r["task"]): r for r in _query(sql, "calibration_by_surface")}
     # m-new, 2026-11-02, feed (i1..i4): P(click) 0.75 vs 2 clicks in 4; P(conv | click) 0.75 vs 1 of the 2
     # clicks; P(conv | impression) 0.75 * 0.75 = 0.5625 vs 1 in 4.
     feed = {task: rows[("m-new", D2, "feed", task)] for task in ("ctr", "cvr", "ctcvr")}
@@ -159,27 +167,27 @@ def test_calibration_per_surface_task_and_day(spark, lake):
     assert {(v, ds) for v, ds, _, _ in rows} == {("m-old", D2), ("m-old", D3), ("m-new", D2), ("m-new", D3)}
 
 
-def test_label_rates_by_surface(spark, lake):
-    rows = {(r["ds"], r["surface"]): r for r in _query(spark, "label_rates_by_surface")}
+def test_label_rates_by_surface(sql):
+    rows = {(r["ds"], r["surface"]): r for r in _query(sql, "label_rates_by_surface")}
     assert (rows[(D2, "feed")]["impressions"], rows[(D2, "feed")]["clicks"], rows[(D2, "feed")]["conversions"]) == (
         4, 2, 1)
     assert rows[(D2, "all")]["ctr"] == 0.5 and rows[(D2, "all")]["cvr_given_click"] == pytest.approx(1 / 3)
     assert rows[(D1, "feed")]["cvr_given_click"] is None  # no clicks that day
 
 
-def test_top_ads_for_user_is_exact_search_of_the_newest_version(spark, lake):
+def test_top_ads_for_user_is_exact_search_of_the_newest_version(sql):
     # m-new on 2026-11-03, user 1 = [0.8, 0.6]: ad 11 0.96, ad 10 0.8, ad 12 0.6.
-    rows = _query(spark, "top_ads_for_user")
+    rows = _query(sql, "top_ads_for_user")
     assert [(r["model_version"], r["ds"], r["user_id"], r["rank"], r["ad_id"]) for r in rows] == [
         ("m-new", D3, 1, 1, 11), ("m-new", D3, 1, 2, 10), ("m-new", D3, 1, 3, 12)]
     assert [r["score"] for r in rows] == pytest.approx([0.96, 0.8, 0.6])
     # m-old's latest day with user 1 is 2026-11-03 ([0, 1]): ad 11 scores 1, ad 10 scores 0.
-    older = _query(spark, "top_ads_for_user", for_model_version="m-old", top_k=1)
+    older = _query(sql, "top_ads_for_user", for_model_version="m-old", top_k=1)
     assert [(r["ds"], r["ad_id"], r["score"]) for r in older] == [(D3, 11, 1.0)]
 
 
-def test_embedding_coverage_and_freshness(spark, lake):
-    rows = {(r["model_version"], r["entity"]): r for r in _query(spark, "embedding_coverage")}
+def test_embedding_coverage_and_freshness(sql):
+    rows = {(r["model_version"], r["entity"]): r for r in _query(sql, "embedding_coverage")}
     got = {k: (r["days_exported"], r["latest_ds"], r["embedded"], r["covered"], r["known"], r["days_behind"])
            for k, r in rows.items()}
     # silver knows users 1-4 and ads 10-12; the newest training day is 2026-11-04, one after every export.
@@ -189,8 +197,8 @@ def test_embedding_coverage_and_freshness(spark, lake):
     assert list(rows)[:2] == [("m-new", "user"), ("m-new", "ad")]  # newest model first
 
 
-def test_teacher_logit_shift_between_the_two_newest_versions(spark, lake):
-    rows = {(r["surface"], r["logit"]): r for r in _query(spark, "teacher_logit_shift")}
+def test_teacher_logit_shift_between_the_two_newest_versions(sql):
+    rows = {(r["surface"], r["logit"]): r for r in _query(sql, "teacher_logit_shift")}
     ctr = rows[("all", "ctr_logit")]
     assert (ctr["version_a"], ctr["version_b"], ctr["impressions"]) == ("m-old", "m-new", 8)
     # b = a + 0.5 on every impression; 5 feed (ln 3) and 3 stories (-ln 3) impressions in b.
@@ -202,30 +210,25 @@ def test_teacher_logit_shift_between_the_two_newest_versions(spark, lake):
     assert cvr["mean_abs_diff"] == pytest.approx(LN3, abs=1e-6) and cvr["stddev_a"] == 0.0
     assert cvr["correlation"] is None  # a is constant
     assert rows[("feed", "ctr_logit")]["impressions"] == 5 and rows[("stories", "ctr_logit")]["impressions"] == 3
-    itself = _query(spark, "teacher_logit_shift", baseline_version="m-old", candidate_version="m-old")
+    itself = _query(sql, "teacher_logit_shift", baseline_version="m-old", candidate_version="m-old")
     assert all(r["mean_abs_diff"] == 0 and r["version_b"] == "m-old" for r in itself)
 
 
-def test_teacher_logit_shift_with_one_version_compares_it_with_itself(spark, lake, tmp_path):
+def test_teacher_logit_shift_with_one_version_compares_it_with_itself(spark, tmp_path):
     single = GemPaths(tmp_path / "gem")
     _write(spark, single, "gold.teacher_logits", _logits("m-new"))
     _manifest(single, "m-new", *MODELS["m-new"])
-    try:
-        register_tables(spark, single)
-        rows = {(r["surface"], r["logit"]): r for r in _query(spark, "teacher_logit_shift")}
-        ctr = rows[("all", "ctr_logit")]
-        assert (ctr["version_a"], ctr["version_b"], ctr["impressions"]) == ("m-new", "m-new", 8)
-        assert ctr["mean_abs_diff"] == 0 and ctr["mean_a"] == pytest.approx(2 * LN3 / 8, abs=1e-6)
-        assert len(rows) == 6  # 3 surfaces ('all' included) x 2 logits
-        # the other lake's tables are no longer registered in this session
-        assert not spark.catalog.tableExists("gold.index_builds")
-    finally:
-        register_tables(spark, lake)
-    assert spark.catalog.tableExists("gold.index_builds")
+    with LakeSQL(single) as sql:
+        rows = {(r["surface"], r["logit"]): r for r in _query(sql, "teacher_logit_shift")}
+        assert "gold.index_builds" not in sql.tables  # only this lake's tables
+    ctr = rows[("all", "ctr_logit")]
+    assert (ctr["version_a"], ctr["version_b"], ctr["impressions"]) == ("m-new", "m-new", 8)
+    assert ctr["mean_abs_diff"] == 0 and ctr["mean_a"] == pytest.approx(2 * LN3 / 8, abs=1e-6)
+    assert len(rows) == 6  # 3 surfaces ('all' included) x 2 logits
 
 
-def test_model_lineage_links_each_model_to_its_data_version(spark, lake):
-    rows = {r["model_version"]: r for r in _query(spark, "model_lineage")}
+def test_model_lineage_links_each_model_to_its_data_version(sql):
+    rows = {r["model_version"]: r for r in _query(sql, "model_lineage")}
     assert list(rows) == ["m-new", "m-old"]  # newest first; the .partial directory is not a model
     new, old = rows["m-new"], rows["m-old"]
     assert (new["training_delta_version"], new["architecture"], new["is_latest"]) == (2, "gem", True)
@@ -238,15 +241,15 @@ def test_model_lineage_links_each_model_to_its_data_version(spark, lake):
     assert (new["ctr_auc"], new["cvr_auc"], new["cvr_ne"]) == (0.7, 0.6, None)
 
 
-def test_table_history_has_one_row_per_commit(spark, lake):
-    df = spark.sql("SELECT table_name, version, operation FROM meta.table_history "
-                   "WHERE table_name = 'gold.training_examples' ORDER BY version")
-    assert [tuple(r) for r in df.collect()] == [("gold.training_examples", v, "WRITE") for v in range(4)]
+def test_table_history_has_one_row_per_commit(sql):
+    rows = sql.query("SELECT table_name, version, operation FROM meta.table_history "
+                     "WHERE table_name = 'gold.training_examples' ORDER BY version").fetchall()
+    assert rows == [("gold.training_examples", v, "WRITE") for v in range(4)]
 
 
-def test_student_training_set_joins_fresh_labels_to_the_teacher(spark, lake):
+def test_student_training_set_joins_fresh_labels_to_the_teacher(sql):
     # m-new trained up to 2026-11-02: its fresh, scored days are 2026-11-03 only (i7, i8).
-    rows = _query(spark, "student_training_set")
+    rows = _query(sql, "student_training_set")
     assert [(r["model_version"], r["impression_id"], r["clicked"], r["converted"]) for r in rows] == [
         ("m-new", "i7", True, True), ("m-new", "i8", False, False)]
     i7, i8 = rows
@@ -255,17 +258,17 @@ def test_student_training_set_joins_fresh_labels_to_the_teacher(spark, lake):
     assert i7["user_embedding"] == pytest.approx([0.8, 0.6]) and i7["ad_embedding"] == [1.0, 0.0]
     assert i8["user_embedding"] is None and i8["ad_embedding"] == [0.0, 1.0]
     # m-old trained on 2026-11-01 only: 2026-11-02 and 03 are fresh for it (i1..i8).
-    assert len(_query(spark, "student_training_set", for_model_version="m-old")) == 8
+    assert len(_query(sql, "student_training_set", for_model_version="m-old")) == 8
 
 
-def test_index_recall_history(spark, lake):
-    rows = _query(spark, "index_recall_history")
+def test_index_recall_history(sql):
+    rows = _query(sql, "index_recall_history")
     assert [(r["index_name"], r["model_version"], r["recall_at_k"]) for r in rows] == [
         ("ads", "m-old", 0.9), ("ads", "m-new", 0.95), ("users", "m-new", 1.0)]
     assert rows[0]["recall_change"] is None and rows[1]["recall_change"] == pytest.approx(0.05)
 
 
-def test_gem_sql_sets_variables_and_prints_the_last_statement(spark, lake, capsys, monkeypatch):
+def test_gem_sql_sets_variables_and_prints_the_query_rows(lake, capsys, monkeypatch):
     from jobs.cli import main
 
     monkeypatch.setenv("GEM_HOME", str(lake.home))
@@ -274,9 +277,8 @@ def test_gem_sql_sets_variables_and_prints_the_last_statement(spark, lake, capsy
     assert [json.loads(line)["ad_id"] for line in lines] == [11, 10]
 
 
-def test_report_asset_attaches_every_query_as_metadata(spark, lake):
-    result = dg.materialize([sql_pack], resources={"lake": LakeResource(home=str(lake.home)),
-                                                   "spark": SparkResource()})
+def test_report_asset_attaches_every_query_as_metadata(lake):
+    result = dg.materialize([sql_pack], resources={"lake": LakeResource(home=str(lake.home))})
     assert result.success
     metadata = result.asset_materializations_for_node("reports__sql_pack")[0].metadata
     queries = sorted(p.stem for p in SQL_DIR.glob("*.sql"))
@@ -288,13 +290,13 @@ def test_report_asset_attaches_every_query_as_metadata(spark, lake):
     assert all(metadata[f"{q}/rows"].value > 0 for q in queries)
 
 
-def test_report_queries_skip_missing_tables_and_fail_naming_the_file(spark, lake, tmp_path):
+def test_report_queries_skip_missing_tables_and_fail_naming_the_file(lake, tmp_path):
     (tmp_path / "a_missing.sql").write_text("-- reads gold.teacher_logits in a comment only\n"
                                             "SELECT * FROM gold.no_such_table")
     assert referenced_tables((tmp_path / "a_missing.sql").read_text()) == ["gold.no_such_table"]
     (tmp_path / "b_broken.sql").write_text("SELECT no_such_column FROM gold.teacher_logits")
     with pytest.raises(ReportQueryError, match="b_broken.sql failed: .*no_such_column"):
-        run_report_queries(spark, lake, tmp_path)
+        run_report_queries(lake, tmp_path)
     (tmp_path / "b_broken.sql").unlink()
-    [report] = run_report_queries(spark, lake, tmp_path)
+    [report] = run_report_queries(lake, tmp_path)
     assert report.markdown() == "skipped: table gold.no_such_table not materialised"

@@ -2,27 +2,25 @@
 
 Each query's row count and first rows are attached as metadata (a Markdown table per query), so the
 calibration, coverage, logit shift, lineage and recall reports of the latest export are readable in
-the Dagster UI. A query whose tables are not in the lake yet (e.g. `gold.index_builds` before any
-index was built) is reported as skipped, naming them; any other failure fails the asset, naming the
-file. Unpartitioned: the queries span every day and model version.
+the Dagster UI. The queries run read-only through `jobs.lake_sql`, the same path as `gem sql`. A
+query whose tables are not in the lake yet (e.g. `gold.index_builds` before any index was built) is
+reported as skipped, naming them; any other failure fails the asset, naming the file. Unpartitioned:
+the queries span every day and model version.
 """
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
 import dagster as dg
-from pyspark.sql import SparkSession
+import duckdb
 
 from dagster_project.defs.lake_tables import key
 from dagster_project.resources.lake import LakeResource
-from dagster_project.resources.spark import SparkResource
-from gem_model.paths import LAYERS, GemPaths
-from jobs.cli import execute_sql, strip_comments
-from jobs.lake import META_SCHEMA, register_tables
+from gem_model.paths import GemPaths
+from jobs.lake_sql import LakeSQL, LakeSQLError, referenced_tables
 
 GROUP = "reports"
 SQL_PACK = dg.AssetKey(["reports", "sql_pack"])
@@ -30,7 +28,6 @@ SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
 PREVIEW_ROWS = 20
 EXPORTED = [key("gold.teacher_logits"), key("gold.user_embeddings"), key("gold.ad_embeddings"),
             dg.AssetKey(["indexes", "ads"]), dg.AssetKey(["indexes", "users"])]
-_TABLE_NAME = re.compile(rf"\b((?:{'|'.join((*LAYERS, META_SCHEMA))})\.[A-Za-z_]\w*)\b")
 
 
 class ReportQueryError(RuntimeError):
@@ -76,40 +73,34 @@ def _cell(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
-def referenced_tables(sql: str) -> list[str]:
-    """The `<layer>.<table>` and `meta.<view>` names a query reads, comments excluded."""
-    return sorted(set(_TABLE_NAME.findall(strip_comments(sql))))
-
-
-def run_report_queries(spark: SparkSession, paths: GemPaths, sql_dir: Path = SQL_DIR,
-                       preview_rows: int = PREVIEW_ROWS) -> list[QueryReport]:
+def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: int = PREVIEW_ROWS) -> list[QueryReport]:
     """Run every `*.sql` in `sql_dir` over the lake at `paths`, with each file's own variable defaults."""
     files = sorted(sql_dir.glob("*.sql"))
     if not files:
         raise FileNotFoundError(f"no *.sql files in {sql_dir}; the SQL pack lives in the repository's sql/")
-    registered = set(register_tables(spark, paths))
     reports = []
-    for file in files:
-        sql = file.read_text()
-        missing = tuple(t for t in referenced_tables(sql) if t not in registered)
-        if missing:
-            reports.append(QueryReport(file.stem, [], missing=missing))
-            continue
-        try:
-            df = execute_sql(spark, sql).cache()  # counted, then previewed: computed once
-            rows = df.count()
-            preview = tuple(tuple(r) for r in df.limit(preview_rows).collect())
-            df.unpersist()
-        except Exception as error:  # Spark's errors come from py4j as several types; all name the query
-            raise ReportQueryError(f"{file.name} failed: {str(error).strip().splitlines()[0]}") from error
-        reports.append(QueryReport(file.stem, df.columns, rows, preview))
+    with LakeSQL(paths) as sql:
+        for file in files:
+            text = file.read_text()
+            try:
+                missing = tuple(t for t in referenced_tables(text) if t not in sql.tables)
+                if missing:
+                    reports.append(QueryReport(file.stem, [], missing=missing))
+                    continue
+                relation = sql.query(text)
+                # two passes (the count, then the first rows) instead of holding every row of a large report
+                [(rows,)] = relation.aggregate("count(*)").fetchall()
+                preview = tuple(relation.limit(preview_rows).fetchall())
+            except (LakeSQLError, duckdb.Error) as error:
+                raise ReportQueryError(f"{file.name} failed: {str(error).strip().splitlines()[0]}") from error
+            reports.append(QueryReport(file.stem, relation.columns, rows, preview))
     return reports
 
 
-@dg.asset(key=SQL_PACK, group_name=GROUP, deps=EXPORTED, kinds={"spark", "sql"})
-def sql_pack(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+@dg.asset(key=SQL_PACK, group_name=GROUP, deps=EXPORTED, kinds={"duckdb", "sql"})
+def sql_pack(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The SQL pack's reports over the lake: per query (sql/<name>.sql) its rows and the first of them."""
-    reports = run_report_queries(spark.session(), lake.paths)
+    reports = run_report_queries(lake.paths)
     skipped = [r for r in reports if r.missing]
     for r in skipped:
         context.log.warning(f"sql/{r.name}.sql {r.markdown()}")

@@ -1,0 +1,379 @@
+"""Read-only SQL over the lake: the one path `gem sql` and the `reports/sql_pack` asset run queries by.
+
+A `LakeSQL` session is an in-memory DuckDB database that holds no data of its own: every Delta table
+under `$GEM_HOME/lake/<layer>/<table>` is a view `<layer>.<table>` over a lazy Arrow scan of that
+table (read through delta-rs, so filters on partitions push down), and `meta.models` and
+`meta.table_history` are views over Arrow tables built here from the model manifests and the Delta
+commit files. Then file system access, extension loading and every setting are locked off in the
+engine itself, so a statement has nothing it could write to: the Arrow scans are read-only, the
+database is memory, and files, extensions and configuration are out of reach. On top of that a text
+is accepted only as `SET VARIABLE name = default` declarations followed by exactly one query, split
+and typed by DuckDB's own parser (so `'a;b'` and `/* ; */` are not statement boundaries); anything
+else is refused before anything runs. docs/SQL.md gives the dialect, the parameters and why this is
+safe by construction.
+
+    with LakeSQL(GemPaths.from_env()) as sql:
+        rows = sql.query("SELECT count(*) FROM gold.training_examples").fetchall()
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from types import TracebackType
+
+import duckdb
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from gem_model.paths import LAYERS, GemPaths
+from jobs.lake import existing_tables
+
+META_SCHEMA = "meta"
+SCHEMAS: tuple[str, ...] = (*LAYERS, META_SCHEMA)
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+MODELS_SCHEMA = pa.schema([
+    ("model_version", pa.string()),
+    ("created_at", _TIMESTAMP),
+    ("is_latest", pa.bool_()),
+    ("preset", pa.string()),
+    ("architecture", pa.string()),
+    ("data_source", pa.string()),
+    ("training_table", pa.string()),
+    ("training_delta_version", pa.int64()),
+    ("train_days", pa.list_(pa.date32())),
+    ("first_train_day", pa.date32()),
+    ("last_train_day", pa.date32()),
+    ("holdout_days", pa.list_(pa.date32())),
+    ("world_size", pa.int32()),
+    ("train_seconds", pa.float64()),
+    *((f"{task}_{metric}", pa.float64()) for task in ("ctr", "cvr") for metric in ("auc", "ne", "calibration")),
+    ("metrics", pa.map_(pa.string(), pa.float64())),
+    ("manifest_path", pa.string()),
+])
+TABLE_HISTORY_SCHEMA = pa.schema([
+    ("table_name", pa.string()),
+    ("version", pa.int64()),
+    ("committed_at", _TIMESTAMP),
+    ("operation", pa.string()),
+    ("operation_parameters", pa.map_(pa.string(), pa.string())),
+    ("operation_metrics", pa.map_(pa.string(), pa.string())),
+    ("read_version", pa.int64()),
+    ("is_blind_append", pa.bool_()),
+    ("engine_info", pa.string()),
+])
+ALLOWED = ("`SET VARIABLE name = default` declarations, then exactly one query "
+           "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE)")
+_COMMIT_FILE = re.compile(r"^([0-9]+)\.json$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class LakeSQLError(ValueError):
+    """A text refused before it ran (not one query, a write, a setting, ...), a bad variable, or a lake
+    table that delta-rs cannot open."""
+
+
+@dataclass(frozen=True)
+class ParsedSQL:
+    """A text split by DuckDB's parser: its variable declarations (name -> statement) and its one query."""
+
+    declarations: tuple[tuple[str, str], ...]
+    query: str
+
+    @property
+    def variables(self) -> list[str]:
+        return [name for name, _ in self.declarations]
+
+
+def _tokens(text: str) -> list[tuple[str, duckdb.token_type]]:
+    """The text's tokens (text, kind), comments dropped: DuckDB's own tokenizer."""
+    marks = duckdb.tokenize(text)
+    ends = [p for p, _ in marks[1:]] + [len(text)]
+    return [(text[p:end].strip(), kind) for (p, kind), end in zip(marks, ends) if kind != duckdb.token_type.comment]
+
+
+def _first_line(statement: str) -> str:
+    marks = [p for p, kind in duckdb.tokenize(statement) if kind != duckdb.token_type.comment]
+    text = statement[marks[0]:] if marks else statement
+    line = text.strip().splitlines()[0].rstrip(";").rstrip() if text.strip() else ""
+    return line if len(line) <= 100 else line[:97] + "..."
+
+
+def parse_sql(text: str) -> ParsedSQL:
+    """Split `text` into its declarations and its one query, or raise `LakeSQLError` naming the statement."""
+    try:
+        statements = duckdb.extract_statements(text)
+    except duckdb.Error as error:
+        raise LakeSQLError(f"not DuckDB SQL: {str(error).strip()} (the dialect is DuckDB's, docs/SQL.md)") from error
+    if not statements:
+        raise LakeSQLError(f"the SQL is empty: give {ALLOWED}")
+    declarations: list[tuple[str, str]] = []
+    query = None
+    for n, statement in enumerate(statements, 1):
+        where = f"statement {n} `{_first_line(statement.query)}`"
+        try:
+            kind = statement.type
+        except ValueError:  # a statement type the Python binding has no name for (e.g. UPDATE EXTENSIONS)
+            kind = None
+        tokens = [t for t, _ in _tokens(statement.query)]
+        words = [t.upper() for t in tokens[:2]]
+        if kind == duckdb.StatementType.SET and words == ["SET", "VARIABLE"]:
+            if query is not None:
+                raise LakeSQLError(f"{where} comes after the query: declare variables before it")
+            if len(tokens) < 4 or not _NAME.match(tokens[2]) or tokens[3] != "=":
+                raise LakeSQLError(f"{where}: declare a variable as `SET VARIABLE name = default` (a plain name)")
+            declarations.append((tokens[2], statement.query))
+        elif kind == duckdb.StatementType.SELECT:
+            if query is not None:
+                raise LakeSQLError(f"{where} is a second query: give one query per text")
+            query = statement.query
+        else:
+            name = "a statement without a type name" if kind is None else f"{kind.name.replace('_', ' ')}"
+            raise LakeSQLError(f"{where} is refused ({name}, not a query): SQL over the lake is read-only "
+                               f"and accepts {ALLOWED}")
+    if query is None:
+        raise LakeSQLError(f"no query after the declarations: give {ALLOWED}")
+    return ParsedSQL(tuple(declarations), query)
+
+
+def referenced_tables(text: str) -> list[str]:
+    """The `<layer>.<table>` and `meta.<view>` names `text` mentions outside comments and strings.
+
+    From DuckDB's tokenizer, not `duckdb.get_table_names`: that one binds the query, and refuses a
+    valid one (e.g. `grouping()` in ORDER BY) without any table to bind it to.
+    """
+    names = {"identifier", "keyword"}
+    tokens = [(t[1:-1].replace('""', '"') if t.startswith('"') else t, kind.name) for t, kind in _tokens(text)]
+    found = set()
+    for (schema, kind), (dot, _), (table, table_kind) in zip(tokens, tokens[1:], tokens[2:]):
+        if kind in names and table_kind in names and dot == "." and schema in SCHEMAS:
+            found.add(f"{schema}.{table}")
+    return sorted(found)
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _date(value: object) -> date | None:
+    try:
+        return date.fromisoformat(str(value)[:10]) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _dates(values: object) -> list[date | None] | None:
+    return [_date(v) for v in values] if isinstance(values, list) else None
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An ISO timestamp as UTC; one without an offset is taken as UTC (as the pipeline writes them)."""
+    try:
+        parsed = datetime.fromisoformat(str(value)) if value is not None else None
+    except ValueError:
+        return None
+    if parsed is None:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _number(value: object, kind: type[int] | type[float]) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return kind(value)
+
+
+def models_table(paths: GemPaths) -> pa.Table:
+    """`meta.models`: one row per `models/<version>/manifest.json`; a `<version>.partial` directory (a
+    model mid-training, published by rename) is not a model yet."""
+    pointer = paths.models / "LATEST"
+    latest = pointer.read_text().strip() if pointer.is_file() else None
+    rows = []
+    for path in sorted(paths.models.glob("*/manifest.json")):
+        if path.parent.name.endswith(".partial"):
+            continue
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            warnings.warn(f"meta.models skips {path}: not readable JSON ({error})", stacklevel=2)
+            continue
+        config, data = manifest.get("config") or {}, manifest.get("training_data") or {}
+        raw = manifest.get("metrics") if isinstance(manifest.get("metrics"), dict) else {}
+        metrics = {str(k): _number(v, float) for k, v in raw.items()}
+        train_days = _dates(data.get("train_days"))
+        known_days = [d for d in train_days or [] if d is not None]
+        version = manifest.get("model_version")
+        rows.append({
+            "model_version": version,
+            "created_at": _timestamp(manifest.get("created_at")),
+            "is_latest": version is not None and version == latest,
+            "preset": config.get("preset"),
+            "architecture": (config.get("model") or {}).get("architecture"),
+            "data_source": (config.get("data") or {}).get("source"),
+            "training_table": data.get("table"),
+            "training_delta_version": _number(data.get("delta_version"), int),
+            "train_days": train_days,
+            "first_train_day": min(known_days, default=None),
+            "last_train_day": max(known_days, default=None),
+            "holdout_days": _dates(data.get("holdout_days")),
+            "world_size": _number(manifest.get("world_size"), int),
+            "train_seconds": _number(manifest.get("train_seconds"), float),
+            **{f"{task}_{metric}": metrics.get(f"{task}/{metric}")
+               for task in ("ctr", "cvr") for metric in ("auc", "ne", "calibration")},
+            "metrics": list(metrics.items()),
+            "manifest_path": str(path),
+        })
+    return pa.Table.from_pylist(rows, schema=MODELS_SCHEMA)
+
+
+def _text_map(values: object) -> list[tuple[str, str | None]] | None:
+    """A commit's parameter map as text: Delta writes the values as strings, other writers as JSON values."""
+    if not isinstance(values, dict):
+        return None
+    return [(str(k), v if isinstance(v, str) or v is None else json.dumps(v)) for k, v in values.items()]
+
+
+def table_history_table(paths: GemPaths) -> pa.Table:
+    """`meta.table_history`: one row per commit (`_delta_log/<version>.json`, its `commitInfo` action) of
+    every lake table; the commits still in the log, as `DESCRIBE HISTORY` lists them."""
+    rows = []
+    for name, path in existing_tables(paths).items():
+        for commit in sorted((path / "_delta_log").glob("*.json")):
+            match = _COMMIT_FILE.match(commit.name)
+            if match is None:
+                continue
+            info = None
+            with commit.open() as lines:
+                for line in lines:
+                    if '"commitInfo"' in line:
+                        info = json.loads(line).get("commitInfo")
+                        if info is not None:
+                            break
+            if not isinstance(info, dict):
+                continue
+            millis = _number(info.get("inCommitTimestamp"), int) or _number(info.get("timestamp"), int)
+            rows.append({
+                "table_name": name,
+                "version": int(match.group(1)),
+                "committed_at": None if millis is None else datetime.fromtimestamp(millis / 1000, UTC),
+                "operation": info.get("operation"),
+                "operation_parameters": _text_map(info.get("operationParameters")),
+                "operation_metrics": _text_map(info.get("operationMetrics")),
+                "read_version": _number(info.get("readVersion"), int),
+                "is_blind_append": info.get("isBlindAppend") if isinstance(info.get("isBlindAppend"), bool) else None,
+                "engine_info": info.get("engineInfo"),
+            })
+    return pa.Table.from_pylist(rows, schema=TABLE_HISTORY_SCHEMA)
+
+
+class LakeSQL:
+    """A read-only SQL session over the lake at `paths` (see the module docstring).
+
+    `tables` names every view it registered (`<layer>.<table>`, `meta.models`, `meta.table_history`).
+    `memory_limit` (e.g. "4GB") and `threads` default to DuckDB's own (80% of RAM, every core); either
+    way they are fixed for the session's life, like every other setting. Close it (or use `with`)
+    to remove its spill directory.
+    """
+
+    def __init__(self, paths: GemPaths, memory_limit: str | None = None, threads: int | None = None) -> None:
+        self.paths = paths
+        self._spill = Path(tempfile.mkdtemp(prefix="gem-sql-"))
+        self._con = duckdb.connect(":memory:")
+        try:
+            self.tables = self._register()
+            self._lock(memory_limit, threads)
+        except BaseException:
+            self.close()
+            raise
+
+    def _register(self) -> tuple[str, ...]:
+        for schema in SCHEMAS:
+            self._con.execute(f"CREATE SCHEMA {_quote(schema)}")
+        sources: dict[str, object] = {}
+        for name, path in existing_tables(self.paths).items():
+            try:
+                sources[name] = DeltaTable(str(path)).to_pyarrow_dataset()
+            except Exception as error:  # delta-rs raises several types; the message names the feature
+                raise LakeSQLError(f"cannot open {name} at {path} for SQL (delta-rs): {error}") from error
+        sources[f"{META_SCHEMA}.models"] = models_table(self.paths)
+        sources[f"{META_SCHEMA}.table_history"] = table_history_table(self.paths)
+        for name, source in sources.items():
+            schema, _, table = name.partition(".")
+            scan = f"_scan_{schema}_{table}"
+            self._con.register(scan, source)
+            self._con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(table)} AS SELECT * FROM {_quote(scan)}")
+        return tuple(sources)
+
+    def _lock(self, memory_limit: str | None, threads: int | None) -> None:
+        settings: dict[str, object] = {
+            "TimeZone": "UTC",  # as the Spark session writes them: timestamps print in UTC
+            "temp_directory": str(self._spill),
+            "python_enable_replacements": False,  # no Python variable of the caller is a table
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "allow_community_extensions": False,
+        }
+        if memory_limit is not None:
+            settings["memory_limit"] = memory_limit
+        if threads is not None:
+            settings["threads"] = threads
+        for name, value in settings.items():
+            self._con.execute(f"SET {name} = {_literal(value)}")
+        # Last: no file, extension or attached database from here on, and no setting can change again.
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def query(self, text: str, variables: Mapping[str, object] | None = None) -> duckdb.DuckDBPyRelation:
+        """Run `text`'s declarations, override them with `variables` (name -> value as text, cast to the
+        declared type) and return its query as a relation (`.columns`, `.fetchall()`, `.limit(n)`, ...).
+
+        Evaluate the relation before the next `query` on this session: that one resets the variables.
+        """
+        parsed = parse_sql(text)
+        for (name,) in self._con.execute("SELECT name FROM duckdb_variables()").fetchall():
+            self._con.execute(f"RESET VARIABLE {_quote(name)}")
+        for _, declaration in parsed.declarations:
+            self._con.execute(declaration)
+        for name, value in (variables or {}).items():
+            self._set_variable(parsed, name, value)
+        return self._con.sql(parsed.query)
+
+    def _set_variable(self, parsed: ParsedSQL, name: str, value: object) -> None:
+        if name not in parsed.variables:
+            declared = ", ".join(parsed.variables) or "none"
+            raise LakeSQLError(f"variable {name!r} is not declared by this SQL (it declares: {declared}); "
+                               "a file declares its parameters with `SET VARIABLE name = default`")
+        [(kind,)] = self._con.execute("SELECT typeof(getvariable(?))", [name]).fetchall()
+        kind = "VARCHAR" if kind == '"NULL"' else kind  # an untyped NULL default takes the text as it is
+        try:
+            self._con.execute(f"SET VARIABLE {name} = CAST(? AS {kind})", [str(value)])
+        except duckdb.Error as error:
+            raise LakeSQLError(f"variable {name}={str(value)!r} is not a {kind}, the type its default declares "
+                               f"({str(error).strip().splitlines()[0]})") from error
+
+    def close(self) -> None:
+        self._con.close()
+        shutil.rmtree(self._spill, ignore_errors=True)
+
+    def __enter__(self) -> LakeSQL:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+

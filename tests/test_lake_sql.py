@@ -1,0 +1,243 @@
+"""`jobs.lake_sql`: SQL over the lake is read-only by construction.
+
+Every attack class of issue 12 is run against a small Spark-written lake, and each must fail with a
+clear error AND leave the data as it was: the sha256 of every file under GEM_HOME (lake and models)
+and of a folder outside it, and every Delta table's version and history length, are compared before
+and after. The statement filter is tested through `LakeSQL.query`; the engine's own locks are
+tested underneath it, on the session's connection, so that neither layer is the only one.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from gem_model.paths import GemPaths
+from jobs.lake import existing_tables
+from jobs.lake_sql import LakeSQL, LakeSQLError, parse_sql, referenced_tables
+
+pytestmark = pytest.mark.spark
+D1, D2 = date(2026, 11, 1), date(2026, 11, 2)
+SECRET = "not-for-sql"
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory) -> GemPaths:
+    """gold.training_examples (2 commits, partitioned by ds), bronze.impressions (1 commit), one model."""
+    paths = GemPaths(tmp_path_factory.mktemp("lake_sql") / "gem")
+    schema = "impression_id string, ds date, clicked boolean"
+    for rows in ([("i1", D1, True), ("i2", D1, False)], [("i3", D2, True)]):
+        (spark.createDataFrame(rows, schema).coalesce(1).write.format("delta").mode("append")
+         .partitionBy("ds").save(str(paths.table("gold.training_examples"))))
+    (spark.createDataFrame([("i1", D1, True)], schema).coalesce(1).write.format("delta")
+     .save(str(paths.table("bronze.impressions"))))
+    (paths.model_dir("m1")).mkdir(parents=True)
+    (paths.model_dir("m1") / "manifest.json").write_text(json.dumps({
+        "model_version": "m1", "created_at": "2026-11-03T00:00:00+00:00",
+        "training_data": {"table": "gold.training_examples", "delta_version": 1, "train_days": ["2026-11-01"]}}))
+    paths.set_latest_model_version("m1")
+    return paths
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder outside the lake with a file SQL must not read, and where it must not write."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.csv").write_text(f"secret\n{SECRET}\n")
+    return folder
+
+
+@pytest.fixture
+def sql(lake: GemPaths) -> Iterator[LakeSQL]:
+    with LakeSQL(lake) as session:
+        yield session
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _state(paths: GemPaths, outside: Path) -> dict[str, object]:
+    """Every file of GEM_HOME and of `outside` by content, and every Delta table's version and history."""
+    tables = {}
+    for name, path in existing_tables(paths).items():
+        table = DeltaTable(str(path))
+        tables[name] = (table.version(), len(table.history()))
+    return {"home": _files(paths.home), "outside": _files(outside), "tables": tables}
+
+
+def test_queries_read_the_current_lake_and_leave_it_unchanged(lake, outside):
+    before = _state(lake, outside)
+    assert before["tables"] == {"gold.training_examples": (1, 2), "bronze.impressions": (0, 1)}
+    with LakeSQL(lake) as sql:
+        assert sql.tables == ("bronze.impressions", "gold.training_examples", "meta.models", "meta.table_history")
+        rows = sql.query("SELECT ds, count(*) AS n FROM gold.training_examples GROUP BY ds ORDER BY ds").fetchall()
+        assert rows == [(D1, 2), (D2, 1)]
+        history = sql.query("SELECT table_name, version, operation FROM meta.table_history ORDER BY ALL").fetchall()
+        assert history == [("bronze.impressions", 0, "WRITE"), ("gold.training_examples", 0, "WRITE"),
+                           ("gold.training_examples", 1, "WRITE")]
+        assert sql.query("SELECT model_version, is_latest, last_train_day FROM meta.models").fetchall() == [
+            ("m1", True, D1)]
+    assert _state(lake, outside) == before
+
+
+def test_statements_are_split_by_the_parser_not_by_semicolons(sql):
+    assert sql.query("SELECT 'a;b' AS x").fetchall() == [("a;b",)]
+    assert sql.query("SELECT 1 /* ; SELECT 2; */ AS x -- ; SELECT 3").fetchall() == [(1,)]
+    text = "-- the default; with a semicolon\nSET VARIABLE s = 'x;y';\n/* ; */ SELECT getvariable('s') AS s;"
+    assert parse_sql(text).variables == ["s"]
+    assert sql.query(text).fetchall() == [("x;y",)]
+    assert referenced_tables("-- gold.in_a_comment\nSELECT 'gold.in_a_string' FROM gold.x /* meta.y */") == [
+        "gold.x"]
+
+
+def test_variables_override_declared_defaults_with_their_type(sql):
+    text = ("SET VARIABLE for_ds = NULL::DATE; SET VARIABLE top_k = 10::INTEGER;\n"
+            "SELECT getvariable('for_ds') AS d, getvariable('top_k') AS k, typeof(getvariable('top_k')) AS t")
+    assert sql.query(text).fetchall() == [(None, 10, "INTEGER")]
+    assert sql.query(text, {"for_ds": "2026-11-02", "top_k": "3"}).fetchall() == [(D2, 3, "INTEGER")]
+    # the next query starts from its own defaults: a variable never leaks from one text to the next
+    assert sql.query("SELECT getvariable('top_k') AS k").fetchall() == [(None,)]
+    with pytest.raises(LakeSQLError, match=r"variable 'k' is not declared by this SQL \(it declares: for_ds, top_k\)"):
+        sql.query(text, {"k": "3"})
+    with pytest.raises(LakeSQLError, match=r"variable for_ds='yesterday' is not a DATE"):
+        sql.query(text, {"for_ds": "yesterday"})
+
+
+def test_a_variable_value_is_data_never_sql(lake, outside, sql):
+    before = _state(lake, outside)
+    value = "x'; DROP VIEW gold.training_examples; COPY (SELECT 1) TO 'evil.csv'; --"
+    text = "SET VARIABLE v = NULL::VARCHAR; SELECT getvariable('v') AS v"
+    assert sql.query(text, {"v": value}).fetchall() == [(value,)]
+    assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+    assert _state(lake, outside) == before
+
+
+REFUSED = r"is refused \({kind}, not a query\): SQL over the lake is read-only"
+NOT_DUCKDB = r"not DuckDB SQL: Parser Error"
+NO_FILES = r"file system operations are disabled by configuration"
+# (id, SQL with {lake} / {outside} placeholders, what the error says)
+ATTACKS = [
+    ("insert", "INSERT INTO gold.training_examples SELECT * FROM gold.training_examples",
+     REFUSED.format(kind="INSERT")),
+    ("insert-with-cte", "WITH r AS (SELECT * FROM gold.training_examples) INSERT INTO gold.training_examples "
+                        "SELECT * FROM r", REFUSED.format(kind="INSERT")),
+    ("update", "UPDATE gold.training_examples SET clicked = true", REFUSED.format(kind="UPDATE")),
+    ("delete", "DELETE FROM gold.training_examples", REFUSED.format(kind="DELETE")),
+    ("merge", "MERGE INTO gold.training_examples t USING bronze.impressions s ON t.impression_id = s.impression_id "
+              "WHEN MATCHED THEN DELETE", REFUSED.format(kind="MERGE INTO")),
+    ("truncate", "TRUNCATE gold.training_examples", REFUSED.format(kind="DELETE")),
+    ("alter-table", "ALTER TABLE gold.training_examples ADD COLUMN x INTEGER", REFUSED.format(kind="ALTER")),
+    ("alter-view", "ALTER VIEW gold.training_examples RENAME TO gone", REFUSED.format(kind="ALTER")),
+    ("optimize", "OPTIMIZE gold.training_examples", NOT_DUCKDB),
+    ("restore", "RESTORE TABLE gold.training_examples TO VERSION AS OF 0", NOT_DUCKDB),
+    ("vacuum", "VACUUM gold.training_examples", REFUSED.format(kind="VACUUM")),
+    ("vacuum-retain", "VACUUM gold.training_examples RETAIN 0 HOURS", NOT_DUCKDB),
+    ("set-then-vacuum", "SET spark.databricks.delta.retentionDurationCheck.enabled = false; "
+                        "VACUUM gold.training_examples RETAIN 0 HOURS", NOT_DUCKDB),
+    ("create-table", "CREATE TABLE gold.copy AS SELECT * FROM gold.training_examples", REFUSED.format(kind="CREATE")),
+    ("create-table-at-a-path", "CREATE TABLE t USING delta LOCATION '{outside}/t'", NOT_DUCKDB),
+    ("create-view", "CREATE VIEW gold.v AS SELECT 1 AS x", REFUSED.format(kind="CREATE")),
+    ("replace-a-lake-view", "CREATE OR REPLACE VIEW gold.training_examples AS SELECT 1 AS x",
+     REFUSED.format(kind="CREATE")),
+    ("create-macro", "CREATE MACRO evil(x) AS x", REFUSED.format(kind="CREATE")),
+    ("drop-view", "DROP VIEW gold.training_examples", REFUSED.format(kind="DROP")),
+    ("drop-schema", "DROP SCHEMA gold CASCADE", REFUSED.format(kind="DROP")),
+    ("set-config", "SET enable_external_access = true", REFUSED.format(kind="SET")),
+    ("set-memory", "SET memory_limit = '1TB'", REFUSED.format(kind="SET")),
+    ("reset", "RESET enable_external_access", REFUSED.format(kind="SET")),
+    ("use", "USE gold", REFUSED.format(kind="SET")),
+    ("pragma", "PRAGMA enable_profiling", REFUSED.format(kind="PRAGMA")),
+    ("call", "CALL enable_logging()", REFUSED.format(kind="CALL")),
+    ("checkpoint", "CHECKPOINT", REFUSED.format(kind="CALL")),
+    ("attach", "ATTACH '{lake}/gold/evil.duckdb' AS evil", REFUSED.format(kind="ATTACH")),
+    ("install", "INSTALL httpfs", REFUSED.format(kind="LOAD")),
+    ("load", "LOAD '{outside}/evil.duckdb_extension'", REFUSED.format(kind="LOAD")),
+    ("update-extensions", "UPDATE EXTENSIONS", r"is refused \(a statement without a type name, not a query\)"),
+    ("copy-into-the-lake", "COPY gold.training_examples TO '{lake}/gold/training_examples/evil.parquet'",
+     REFUSED.format(kind="COPY")),
+    ("copy-to-a-file", "COPY (SELECT * FROM gold.training_examples) TO '{outside}/out.csv'",
+     REFUSED.format(kind="COPY")),
+    ("copy-from-a-file", "COPY gold.training_examples FROM '{outside}/secret.csv'", REFUSED.format(kind="COPY")),
+    ("export-database", "EXPORT DATABASE '{outside}/export'", REFUSED.format(kind="EXPORT")),
+    ("prepare", "PREPARE p AS DELETE FROM gold.training_examples", REFUSED.format(kind="PREPARE")),
+    ("transaction", "BEGIN TRANSACTION", REFUSED.format(kind="TRANSACTION")),
+    ("read-csv", "SELECT * FROM read_csv('{outside}/secret.csv')", NO_FILES),
+    ("read-text", "SELECT content FROM read_text('{outside}/secret.csv')", NO_FILES),
+    ("read-blob", "SELECT content FROM read_blob('{outside}/secret.csv')", NO_FILES),
+    ("read-parquet-of-the-lake", "SELECT * FROM read_parquet('{lake}/gold/training_examples/*/*.parquet')", NO_FILES),
+    ("path-as-a-table", "SELECT * FROM '{outside}/secret.csv'", NO_FILES),
+    ("glob", "SELECT * FROM glob('{outside}/*')", NO_FILES),
+    ("file-in-a-variable", "SET VARIABLE s = (SELECT content FROM read_text('{outside}/secret.csv'));\n"
+                           "SELECT getvariable('s')", NO_FILES),
+    ("file-in-a-nested-query", "SELECT * FROM query('SELECT * FROM read_text(''{outside}/secret.csv'')')", NO_FILES),
+    ("two-queries", "SELECT 1; SELECT 2", r"statement 2 `SELECT 2` is a second query"),
+    ("query-then-write", "SELECT count(*) FROM gold.training_examples; DELETE FROM gold.training_examples",
+     REFUSED.format(kind="DELETE")),
+    ("declaration-after-the-query", "SELECT 1; SET VARIABLE x = 1", r"comes after the query"),
+    ("add-jar", "ADD JAR '{outside}/evil.jar'", NOT_DUCKDB),
+    ("temporary-function", "CREATE TEMPORARY FUNCTION evil AS 'com.example.Evil'", NOT_DUCKDB),
+    ("reflect", "SELECT reflect('java.lang.Runtime', 'getRuntime')", r"Scalar Function with name reflect does not"),
+    ("java-method", "SELECT java_method('java.lang.System', 'exit', 1)", r"with name java_method does not exist"),
+    ("execute-immediate", "EXECUTE IMMEDIATE 'DELETE FROM gold.training_examples'", NOT_DUCKDB),
+    ("spark-variable", "DECLARE OR REPLACE VARIABLE x INT DEFAULT 1; SELECT x", NOT_DUCKDB),
+]
+
+
+@pytest.mark.parametrize(("attack", "match"), [(a, m) for _, a, m in ATTACKS], ids=[i for i, _, _ in ATTACKS])
+def test_every_attack_fails_and_leaves_the_data_unchanged(lake, outside, sql, attack, match):
+    before = _state(lake, outside)
+    with pytest.raises((LakeSQLError, duckdb.Error), match=match):
+        sql.query(attack.format(lake=lake.lake, outside=outside)).fetchall()
+    assert _state(lake, outside) == before
+    assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]  # the session still reads
+
+
+@pytest.mark.parametrize(("statement", "match"), [
+    ("COPY gold.training_examples TO '{lake}/gold/training_examples/evil.parquet'", NO_FILES),
+    ("COPY (SELECT 1) TO '{outside}/out.csv'", NO_FILES),
+    ("EXPORT DATABASE '{outside}/export'", NO_FILES),
+    ("ATTACH '{lake}/gold/evil.duckdb' AS evil", r"disabled|Permission"),
+    ("INSTALL httpfs", r"disabled|Permission"),
+    ("LOAD '{outside}/evil.duckdb_extension'", r"disabled|Permission"),
+    ("SET enable_external_access = true", r"the configuration has been locked"),
+    ("SET lock_configuration = false", r"the configuration has been locked"),
+    ("RESET memory_limit", r"the configuration has been locked"),
+    # a lake table is a view over a read-only Arrow scan: there is no table to write to
+    ("INSERT INTO gold.training_examples SELECT * FROM gold.training_examples", r"is not an table"),
+    ("DELETE FROM gold.training_examples", r"Can only delete from base table"),
+    ("SELECT * FROM read_csv('{outside}/secret.csv')", NO_FILES),
+])
+def test_the_engine_itself_refuses_files_extensions_and_settings(lake, outside, sql, statement, match):
+    """Below the statement filter: the locked DuckDB connection refuses these on its own."""
+    before = _state(lake, outside)
+    with pytest.raises(duckdb.Error, match=match):
+        sql._con.execute(statement.format(lake=lake.lake, outside=outside)).fetchall()
+    assert _state(lake, outside) == before
+
+
+def test_a_query_cannot_reach_the_callers_python_objects(sql):
+    secret_frame = pa.table({"secret": [SECRET]})  # a replacement scan would find it by its name
+    with pytest.raises(duckdb.CatalogException, match="secret_frame does not exist"):
+        sql._con.sql("SELECT * FROM secret_frame").fetchall()
+    assert secret_frame.num_rows == 1
+
+
+def test_gem_sql_refuses_a_write_with_a_message_and_no_traceback(lake, outside, monkeypatch):
+    from jobs.cli import main
+
+    monkeypatch.setenv("GEM_HOME", str(lake.home))
+    before = _state(lake, outside)
+    with pytest.raises(SystemExit, match=r"^gem sql: statement 1 `DELETE FROM gold.training_examples` is refused"):
+        main(["sql", "-e", "DELETE FROM gold.training_examples"])
+    with pytest.raises(SystemExit, match=r"^gem sql: variable 'nope' is not declared"):
+        main(["sql", "-e", "SELECT 1", "--var", "nope=1"])
+    assert _state(lake, outside) == before
