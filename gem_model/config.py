@@ -365,6 +365,9 @@ class DataConfig:
     # surfaces with at least `label_check_min_rows` impressions in the partition.
     click_rate_bounds: tuple[Fraction, Fraction] = (0.001, 0.8)
     label_check_min_rows: NonNegativeInt = 500
+    # The landing's row-drop guard: re-landing a bronze partition (or dimension) that has rows with an
+    # empty batch, or with more than this fraction fewer rows, is refused unless asked (allow_row_drop).
+    max_row_drop_fraction: Fraction = 0.5
 
     def __post_init__(self) -> None:
         _validate(self, "data")
@@ -758,6 +761,8 @@ class StudentConfig:
 
 # GemConfig sections read only after the teacher is trained.
 DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
+# Settings that only guard how data lands, never what a teacher learns from: they do not rename it.
+LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",)}
 
 
 @dataclass(frozen=True)
@@ -836,6 +841,8 @@ class GemConfig:
         """Hash of what the teacher is trained from; the export, index and student settings do not
         rename (or invalidate the resumable checkpoints of) a teacher model version."""
         teacher = {k: v for k, v in self.to_dict().items() if k not in DOWNSTREAM_SECTIONS}
+        for section, names in LANDING_GUARDS.items():
+            teacher[section] = {k: v for k, v in teacher[section].items() if k not in names}
         return hashlib.sha256(json.dumps(teacher, sort_keys=True).encode()).hexdigest()[:10]
 
 

@@ -1,25 +1,53 @@
-"""Delta Lake reads and writes for the `$GEM_HOME/lake` tables, and their SQL names (with `meta.models`
-and `meta.table_history` over the model manifests and the Delta logs, docs/SQL.md).
+"""Delta Lake reads and writes (Spark) for the `$GEM_HOME/lake` tables; SQL over them is `jobs.lake_sql`.
 
 Writes are idempotent: a daily table replaces exactly the partition it writes (`replaceWhere`),
-so re-running a day never duplicates rows, and each write is one atomic Delta commit.
+so re-running a day never duplicates rows, and each write is one atomic Delta commit, made while
+holding the table's commit lock (`jobs.locks.table_commit_lock`: Delta on a local or shared POSIX
+file system does not arbitrate two Spark drivers committing at once). A concurrent commit that
+Delta still detects (a writer outside this lock) is a `ConcurrentWriteError`, never a silent mix.
 
 Schema policy (docs/tables.md): a write is compared with the table's schema first. New columns
 are additive and allowed: Delta adds them (`mergeSchema`), older partitions read them as null, and
-the table history records the change. A removed column or a changed type is refused with a
-`SchemaChangeError` naming the columns; a deliberate breaking change is a whole-table rewrite
-with `allow_schema_change=True` (Delta `overwriteSchema`). Nothing is coerced silently.
+the table history records the change. A column the table has but the new rows lack is refused
+with a `SchemaChangeError` naming it and the two fixes (write nulls for it with
+`WritePolicy.allow_missing_columns`, or drop it from the table with `drop_columns`, which
+`gem lake drop-columns` runs); a changed type is refused too. A deliberate breaking change is a
+whole-table rewrite with `allow_schema_change=True` (Delta `overwriteSchema`). Nothing is coerced
+silently.
+
+Row-drop guard (`WritePolicy.max_row_drop_fraction`): replacing a partition (or a whole table)
+that has rows with none, or with a larger drop than that fraction, is refused with a
+`RowDropError` unless `allow_row_drop` says the caller means it: an empty or truncated source file
+must not wipe good data.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from delta.exceptions.base import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from gem_model.paths import LAYERS, GemPaths
+from jobs.locks import table_commit_lock
+
+_CONFLICTS = (ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
+              ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
+              MetadataChangedException, ProtocolChangedException)
 
 
 def _predicate(partition: dict[str, object]) -> str:
@@ -30,58 +58,162 @@ def _predicate(partition: dict[str, object]) -> str:
     return " AND ".join(parts)
 
 
+def table_name(path: Path) -> str:
+    """`<layer>.<table>` of a lake table's path."""
+    return f"{path.parent.name}.{path.name}"
+
+
 class SchemaChangeError(ValueError):
     pass
+
+
+class RowDropError(ValueError):
+    pass
+
+
+class ConcurrentWriteError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """What a write may do to what is already there (module docstring).
+
+    `max_row_drop_fraction`: None turns the row-drop guard off (derived tables, whose inputs are
+    guarded); `allow_row_drop` and `allow_missing_columns` are the explicit requests a user gives
+    through the assets' config or `jobs.build_features` flags.
+    """
+
+    max_row_drop_fraction: float | None = None
+    allow_row_drop: bool = False
+    allow_missing_columns: bool = False
+
+
+UNGUARDED = WritePolicy()  # no row-drop guard, no missing columns: derived tables and tests
 
 
 def _schema(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
 
 
-def _check_schema(spark: SparkSession, df: DataFrame, path: Path, allow_schema_change: bool) -> bool:
-    """Whether the write adds columns; raises on a breaking change unless it is allowed."""
+def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy,
+             allow_schema_change: bool) -> tuple[DataFrame, bool]:
+    """(`df` ready to write, whether it adds columns); raises on a schema change the policy does not allow."""
     if not DeltaTable.isDeltaTable(spark, str(path)):
-        return False
+        return df, False
     current, new = _schema(spark.read.format("delta").load(str(path))), _schema(df)
-    removed = sorted(set(current) - set(new))
+    missing = [c for c in current if c not in new]
     changed = sorted(f"{c}: {current[c]} -> {new[c]}" for c in set(current) & set(new) if current[c] != new[c])
-    if (removed or changed) and not allow_schema_change:
+    if changed and not allow_schema_change:
         raise SchemaChangeError(
-            f"writing {path} would break its schema (removed columns {removed}, changed types {changed}); "
-            "restore the columns or their types in the job, or rebuild the whole table with "
-            "allow_schema_change=True (see the schema policy in docs/tables.md)"
+            f"writing {table_name(path)} would change column types ({changed}); restore the types in the job "
+            "that writes it, or rebuild the whole table (see the schema policy in docs/tables.md)"
         )
-    return bool(set(new) - set(current))
+    if missing and not allow_schema_change:
+        if not policy.allow_missing_columns:
+            name = table_name(path)
+            raise SchemaChangeError(
+                f"{name} has columns that the new rows lack: {missing} (added by an earlier write). Either keep "
+                "them and write nulls for these rows: re-run with allow_missing_columns (the asset's config "
+                "`allow_missing_columns: true` in Dagster, or `python -m jobs.build_features "
+                f"--allow-missing-columns`); or drop them from the table: `gem lake drop-columns {name} "
+                f"{' '.join(missing)}`"
+            )
+        df = df.select("*", *[F.lit(None).cast(current[c]).alias(c) for c in missing])
+    return df, bool(set(new) - set(current))
 
 
-def replace_partition(df: DataFrame, path: Path, partition: dict[str, object]) -> int:
+def _existing_rows(spark: SparkSession, path: Path, predicate: str | None) -> int:
+    if not DeltaTable.isDeltaTable(spark, str(path)):
+        return 0
+    df = spark.read.format("delta").load(str(path))
+    return (df.where(predicate) if predicate else df).count()
+
+
+def check_row_drop(spark: SparkSession, path: Path, partition: dict[str, object] | None, rows: int,
+                   policy: WritePolicy) -> None:
+    """Raise `RowDropError` if writing `rows` rows to `partition` (None: the whole table) breaks the guard."""
+    if policy.max_row_drop_fraction is None or policy.allow_row_drop:
+        return
+    predicate = _predicate(partition) if partition else None
+    existing = _existing_rows(spark, path, predicate)
+    if existing and (rows == 0 or rows < existing * (1 - policy.max_row_drop_fraction)):
+        where = f" where {predicate}" if predicate else ""
+        raise RowDropError(
+            f"{table_name(path)}{where}: the new rows ({rows:,}) would replace {existing:,} rows, a drop beyond "
+            f"data.max_row_drop_fraction={policy.max_row_drop_fraction}; nothing was written. Check the source "
+            "(an empty or truncated file?). If the drop is real, re-run with allow_row_drop (the asset's config "
+            "`allow_row_drop: true` in Dagster, or `python -m jobs.build_features --allow-row-drop`)"
+        )
+
+
+def _commit(writer, path: Path, commit_info: dict[str, str] | None) -> None:
+    if commit_info:  # lineage in the Delta log (meta.table_history): which run wrote this commit
+        writer = writer.option("userMetadata", json.dumps(commit_info, sort_keys=True))
+    try:
+        writer.save(str(path))
+    except _CONFLICTS as err:
+        raise ConcurrentWriteError(
+            f"another writer committed to {table_name(path)} while this one wrote (Delta: "
+            f"{type(err).__name__}); nothing of this write was committed: re-run it once the other has finished"
+        ) from err
+
+
+def replace_partition(df: DataFrame, path: Path, partition: dict[str, object], policy: WritePolicy = UNGUARDED,
+                      commit_info: dict[str, str] | None = None) -> int:
     """Atomically replace the rows of `partition` (column -> value) in the Delta table at `path`.
 
     Delta checks that every written row satisfies the predicate, so a row of another day fails
-    the write instead of landing in the wrong partition.
+    the write instead of landing in the wrong partition. `commit_info` is recorded with the commit.
     """
-    adds_columns = _check_schema(df.sparkSession, df, path, allow_schema_change=False)
+    spark, predicate = df.sparkSession, _predicate(partition)
     df = df.cache()
     rows = df.count()
-    (df.write.format("delta").mode("overwrite")
-       .option("replaceWhere", _predicate(partition))
-       .option("mergeSchema", str(adds_columns).lower())
-       .partitionBy(*partition).save(str(path)))
+    with table_commit_lock(path):
+        conformed, adds_columns = _conform(spark, df, path, policy, allow_schema_change=False)
+        check_row_drop(spark, path, partition, rows, policy)
+        writer = (conformed.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+                  .option("mergeSchema", str(adds_columns).lower()).partitionBy(*partition))
+        _commit(writer, path, commit_info)
     df.unpersist()
     return rows
 
 
-def overwrite_table(df: DataFrame, path: Path, allow_schema_change: bool = False) -> int:
+def overwrite_table(df: DataFrame, path: Path, allow_schema_change: bool = False, policy: WritePolicy = UNGUARDED,
+                    commit_info: dict[str, str] | None = None) -> int:
     """Atomically replace the whole (unpartitioned) Delta table at `path`."""
-    adds_columns = _check_schema(df.sparkSession, df, path, allow_schema_change)
+    spark = df.sparkSession
     df = df.cache()
     rows = df.count()
-    writer = df.write.format("delta").mode("overwrite")
-    if allow_schema_change:
-        writer = writer.option("overwriteSchema", "true")
-    elif adds_columns:
-        writer = writer.option("mergeSchema", "true")
-    writer.save(str(path))
+    with table_commit_lock(path):
+        conformed, adds_columns = _conform(spark, df, path, policy, allow_schema_change)
+        check_row_drop(spark, path, None, rows, policy)
+        writer = conformed.write.format("delta").mode("overwrite")
+        if allow_schema_change:
+            writer = writer.option("overwriteSchema", "true")
+        elif adds_columns:
+            writer = writer.option("mergeSchema", "true")
+        _commit(writer, path, commit_info)
+    df.unpersist()
+    return rows
+
+
+def drop_columns(spark: SparkSession, path: Path, columns: list[str]) -> int:
+    """Rewrite the table at `path` without `columns`, in one commit (earlier versions stay readable by
+    time travel until vacuumed); returns its rows. Partitioning is kept."""
+    table = read_table(spark, path)
+    unknown = sorted(set(columns) - set(table.columns))
+    if unknown:
+        raise ValueError(f"{table_name(path)} has no column(s) {unknown}; its columns are {table.columns}")
+    partitioned_by = DeltaTable.forPath(spark, str(path)).detail().first()["partitionColumns"]
+    kept = [c for c in partitioned_by if c in columns]
+    if kept:
+        raise ValueError(f"{table_name(path)} is partitioned by {kept}: a partition column cannot be dropped")
+    df = table.drop(*columns).cache()
+    rows = df.count()
+    with table_commit_lock(path):
+        writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        _commit(writer.partitionBy(*partitioned_by) if partitioned_by else writer, path, None)
     df.unpersist()
     return rows
 

@@ -4,19 +4,44 @@ The batch is split by `jobs.features.quarantine`; the accepted rows replace the 
 (or its day) and the rejected rows replace that batch's slice of `bronze.rejected_rows`, so a
 re-run never duplicates either. The landing then reads both back from Delta and reports row
 conservation (rows in = accepted + rejected) and the rejection reasons.
+
+Delta has no transaction across two tables, so a landing is made atomic the way a two-phase
+commit is: a journal entry per (table, partition) (`$GEM_HOME/landings/<table>/<partition>.json`)
+says `started` before the first of the two commits and `committed` after both. A landing killed
+between them leaves `started`, and every job that reads that bronze partition refuses it
+(`require_landed`) until it is landed again; nothing reads a half-landed batch unnoticed. One
+landing of a partition runs at a time (`jobs.locks.partition_lock`), and the row-drop guard
+(`jobs.lake.WritePolicy`) refuses, before anything is written, to replace landed rows with an
+empty or much smaller batch unless asked.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.paths import GemPaths
 from jobs.features.quarantine import REJECTED_TABLE, WHOLE_TABLE, split
-from jobs.lake import overwrite_table, read_table, replace_partition
+from jobs.lake import (
+    UNGUARDED,
+    WritePolicy,
+    check_row_drop,
+    overwrite_table,
+    read_table,
+    replace_partition,
+    table_version,
+)
+from jobs.locks import partition_lock
 
 
 @dataclass(frozen=True)
@@ -32,23 +57,89 @@ class Landing:
         return self.rows_in == self.accepted + self.rejected
 
 
-def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
-         ds: date | None = None) -> Landing:
-    raw = raw.cache()
-    rows_in = raw.count()
-    accepted, rejected = split(raw, table, surfaces, ds)
-    slice_ = {"source_table": table, "source_partition": ds.isoformat() if ds else WHOLE_TABLE}
-    if ds is None:
-        overwrite_table(accepted, paths.table(table))
-    else:
-        replace_partition(accepted, paths.table(table), {"ds": ds})
-    replace_partition(rejected, paths.table(REJECTED_TABLE), slice_)
-    raw.unpersist()
+class IncompleteLandingError(RuntimeError):
+    pass
 
-    landed = read_table(spark, paths.table(table))
-    if ds is not None:
-        landed = landed.where(F.col("ds") == F.lit(ds))
-    quarantined = read_table(spark, paths.table(REJECTED_TABLE)).where(
-        (F.col("source_table") == table) & (F.col("source_partition") == slice_["source_partition"]))
-    reasons = {r["reason"]: int(r["count"]) for r in quarantined.groupBy("reason").count().collect()}
-    return Landing(table, rows_in, landed.count(), sum(reasons.values()), dict(sorted(reasons.items())))
+
+def _journal_path(paths: GemPaths, table: str, partition: str) -> Path:
+    return paths.home / "landings" / table / f"{partition}.json"
+
+
+def _write_journal(path: Path, entry: dict[str, Any] | None) -> None:
+    """Atomically replace the journal entry (None: remove it)."""
+    if entry is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(entry, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def read_journal(paths: GemPaths, table: str, partition: str) -> dict[str, Any] | None:
+    """The last landing of (`table`, `partition`: an ISO day or `all`), or None if none was journaled."""
+    path = _journal_path(paths, table, partition)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def require_landed(paths: GemPaths, table: str, partitions: Iterable[str]) -> None:
+    """Refuse to read a partition of `table` whose last landing started and never finished."""
+    for partition in partitions:
+        entry = read_journal(paths, table, partition)
+        if entry is not None and entry["state"] != "committed":
+            raise IncompleteLandingError(
+                f"{table} partition {partition}: its landing {entry['landing_id']} (by {entry['holder']}) started at "
+                f"{entry['started_at']} and never finished, so its accepted and rejected rows may disagree; land it "
+                f"again (materialise {table} for {partition}) before building anything from it"
+            )
+
+
+def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
+         ds: date | None = None, *, policy: WritePolicy = UNGUARDED, holder: str = "") -> Landing:
+    """Split `raw` and land it as `table` (day `ds`, or the whole dimension), journaled (module docstring)."""
+    partition = ds.isoformat() if ds else WHOLE_TABLE
+    holder = holder or f"pid {os.getpid()}"
+    target = paths.table(table)
+    with partition_lock(paths, "landing", table, partition, holder=holder):
+        raw = raw.cache()
+        rows_in = raw.count()
+        accepted, rejected = split(raw, table, surfaces, ds)
+        accepted = accepted.cache()
+        predicate = {"ds": ds} if ds else None
+        check_row_drop(spark, target, predicate, accepted.count(), policy)
+        journal = _journal_path(paths, table, partition)
+        previous = read_journal(paths, table, partition)
+        entry = {"landing_id": uuid.uuid4().hex, "holder": holder, "state": "started", "rows_in": rows_in,
+                 "started_at": datetime.now(UTC).isoformat()}
+        _write_journal(journal, entry)
+        lineage = {"landing_id": entry["landing_id"], "holder": holder}
+        unguarded = dataclasses.replace(policy, max_row_drop_fraction=None)  # checked above, before the journal
+        slice_ = {"source_table": table, "source_partition": partition}
+        committed = False
+        try:
+            if ds is None:
+                overwrite_table(accepted, target, policy=unguarded, commit_info=lineage)
+            else:
+                replace_partition(accepted, target, {"ds": ds}, unguarded, lineage)
+            committed = True
+            replace_partition(rejected, paths.table(REJECTED_TABLE), slice_, commit_info=lineage)
+        except BaseException:
+            if not committed:  # nothing reached the lake: the previous landing still stands
+                _write_journal(journal, previous)
+            raise
+        finally:
+            accepted.unpersist()
+            raw.unpersist()
+
+        landed = read_table(spark, target)
+        if ds is not None:
+            landed = landed.where(F.col("ds") == F.lit(ds))
+        quarantined = read_table(spark, paths.table(REJECTED_TABLE)).where(
+            (F.col("source_table") == table) & (F.col("source_partition") == partition))
+        reasons = {r["reason"]: int(r["count"]) for r in quarantined.groupBy("reason").count().collect()}
+        landing = Landing(table, rows_in, landed.count(), sum(reasons.values()), dict(sorted(reasons.items())))
+        _write_journal(journal, {**entry, "state": "committed", "finished_at": datetime.now(UTC).isoformat(),
+                                 "accepted": landing.accepted, "rejected": landing.rejected,
+                                 "delta_version": table_version(spark, target),
+                                 "rejected_delta_version": table_version(spark, paths.table(REJECTED_TABLE))})
+    return landing

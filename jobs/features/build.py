@@ -7,15 +7,16 @@ returns what the caller reports: a `Landing` for bronze, the row count otherwise
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date
+from datetime import date, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 
 from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
 from jobs.features import tables
-from jobs.features.bronze import Landing, land
-from jobs.lake import overwrite_table, read_table, replace_partition
+from jobs.features.bronze import Landing, land, require_landed
+from jobs.features.quarantine import WHOLE_TABLE
+from jobs.lake import WritePolicy, overwrite_table, read_table, replace_partition
 from jobs.sources import Source, build_source
 
 DIMENSIONS = ("bronze.users", "bronze.ads")
@@ -30,26 +31,49 @@ RAW: dict[str, Callable[[Source, date | None], DataFrame]] = {
 }
 
 
-def land_bronze(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str, ds: date | None = None) -> Landing:
-    """Land the source's raw rows for `table` (and day `ds`) in bronze, quarantining malformed ones."""
+def landing_policy(cfg: GemConfig, allow_row_drop: bool = False, allow_missing_columns: bool = False) -> WritePolicy:
+    """How a landing treats a shrinking partition and dropped columns: the config's guard, and what the user allows."""
+    return WritePolicy(max_row_drop_fraction=cfg.data.max_row_drop_fraction, allow_row_drop=allow_row_drop,
+                       allow_missing_columns=allow_missing_columns)
+
+
+def land_bronze(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str, ds: date | None = None,
+                policy: WritePolicy | None = None, holder: str = "") -> Landing:
+    """Land the source's raw rows for `table` (and day `ds`) in bronze, quarantining malformed ones.
+
+    `policy` defaults to `landing_policy(cfg)`; `holder` names the run in the landing's lock and journal.
+    """
     paths.claim_source(cfg.data.source)
-    return land(spark, RAW[table](build_source(spark, cfg), ds), table, paths, cfg.world.surfaces, ds)
+    return land(spark, RAW[table](build_source(spark, cfg), ds), table, paths, cfg.world.surfaces, ds,
+                policy=policy or landing_policy(cfg), holder=holder)
+
+
+def _event_days(cfg: GemConfig, ds: date) -> list[str]:
+    """The bronze.events partitions a sequence of day `ds` reads (its lookback window)."""
+    return [(ds - timedelta(days=n)).isoformat() for n in range(cfg.features.lookback_days + 1)]
 
 
 def build_silver(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str) -> int:
     """silver.users or silver.ads from its bronze table."""
     transform = {"silver.users": tables.silver_users, "silver.ads": tables.silver_ads}[table]
-    bronze = read_table(spark, paths.table(table.replace("silver.", "bronze.")))
+    source = table.replace("silver.", "bronze.")
+    require_landed(paths, source, [WHOLE_TABLE])
+    bronze = read_table(spark, paths.table(source))
     return overwrite_table(transform(bronze, cfg.features), paths.table(table))
 
 
 def build_user_sequences(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
+    require_landed(paths, "bronze.events", _event_days(cfg, ds))
     df = tables.user_sequences(read_table(spark, paths.table("bronze.events")),
                                read_table(spark, paths.table("silver.ads")), cfg.features, ds)
     return replace_partition(df, paths.table("gold.user_sequences"), {"ds": ds})
 
 
 def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
+    require_landed(paths, "bronze.impressions", [ds.isoformat()])
+    require_landed(paths, "bronze.events", _event_days(cfg, ds))
+    require_landed(paths, "bronze.users", [WHOLE_TABLE])
+    require_landed(paths, "bronze.ads", [WHOLE_TABLE])
     df = tables.training_examples(
         read_table(spark, paths.table("bronze.impressions")), read_table(spark, paths.table("bronze.events")),
         read_table(spark, paths.table("silver.users")), read_table(spark, paths.table("silver.ads")),

@@ -21,7 +21,13 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
 from jobs.features.bronze import Landing
-from jobs.features.build import build_silver, build_training_examples, build_user_sequences, land_bronze
+from jobs.features.build import (
+    build_silver,
+    build_training_examples,
+    build_user_sequences,
+    land_bronze,
+    landing_policy,
+)
 from jobs.features.quality import label_rates, null_rates, sequence_stats
 from jobs.lake import read_table
 
@@ -29,6 +35,21 @@ GROUP = "features"
 ROW_CONSERVATION = "row_conservation"
 POINT_IN_TIME = "point_in_time"
 LABEL_RATES = "label_rates"
+
+
+class LandingConfig(dg.Config):
+    """What a landing may do to data already in bronze (docs/RELIABILITY.md)."""
+
+    allow_row_drop: bool = False  # replace landed rows with an empty or much smaller batch
+    allow_missing_columns: bool = False  # write nulls for columns the table has and the batch lacks
+
+
+def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource,
+          table: str, ds: date | None = None) -> dg.MaterializeResult:
+    cfg = lake.config
+    policy = landing_policy(cfg, config.allow_row_drop, config.allow_missing_columns)
+    landing = land_bronze(spark.session(), cfg, lake.paths, table, ds, policy, holder=f"dagster run {context.run_id}")
+    return _landing_result(spark, lake, table, landing)
 
 
 def _conservation(table: str, landing: Landing) -> dg.AssetCheckResult:
@@ -92,35 +113,31 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
     @dg.asset(key=key("bronze.users"), group_name=GROUP, kinds={"spark", "delta"},
               check_specs=conservation_spec("bronze.users"))
-    def bronze_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    def bronze_users(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
+                     lake: LakeResource) -> dg.MaterializeResult:
         """Users of the data source with demographic and device attributes (malformed rows quarantined)."""
-        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.users")
-        return _landing_result(spark, lake, "bronze.users", landing)
+        return _land(context, config, spark, lake, "bronze.users")
 
     @dg.asset(key=key("bronze.ads"), group_name=GROUP, kinds={"spark", "delta"},
               check_specs=conservation_spec("bronze.ads"))
-    def bronze_ads(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    def bronze_ads(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
+                   lake: LakeResource) -> dg.MaterializeResult:
         """Ads with advertiser, category, creative format and objective (malformed rows quarantined)."""
-        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.ads")
-        return _landing_result(spark, lake, "bronze.ads", landing)
+        return _land(context, config, spark, lake, "bronze.ads")
 
     @dg.asset(key=key("bronze.events"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
               check_specs=conservation_spec("bronze.events"))
-    def bronze_events(context: dg.AssetExecutionContext, spark: SparkResource,
+    def bronze_events(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
                       lake: LakeResource) -> dg.MaterializeResult:
         """One day of behaviour events (user, item, action, surface, ts); malformed rows quarantined."""
-        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.events",
-                              partition_date(context))
-        return _landing_result(spark, lake, "bronze.events", landing)
+        return _land(context, config, spark, lake, "bronze.events", partition_date(context))
 
     @dg.asset(key=key("bronze.impressions"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
               check_specs=conservation_spec("bronze.impressions"))
-    def bronze_impressions(context: dg.AssetExecutionContext, spark: SparkResource,
+    def bronze_impressions(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """One day of ad impressions with click/conversion labels (and true probabilities where known)."""
-        landing = land_bronze(spark.session(), lake.config, lake.paths, "bronze.impressions",
-                              partition_date(context))
-        return _landing_result(spark, lake, "bronze.impressions", landing)
+        return _land(context, config, spark, lake, "bronze.impressions", partition_date(context))
 
     @dg.asset(key=key("silver.users"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
     def silver_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:

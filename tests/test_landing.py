@@ -1,0 +1,120 @@
+"""Landing safety: the row-drop guard, the landing journal, one landing per partition, and schema evolution."""
+
+from datetime import date, datetime
+
+import pytest
+from pyspark.sql import Row
+
+from gem_model.config import SURFACES
+from gem_model.paths import GemPaths
+from jobs.features import bronze
+from jobs.features.bronze import IncompleteLandingError, land, read_journal, require_landed
+from jobs.lake import RowDropError, SchemaChangeError, WritePolicy, read_table, table_version
+from jobs.locks import PartitionBusyError, partition_lock
+
+pytestmark = pytest.mark.spark
+DS = date(2026, 11, 3)
+NEXT = date(2026, 11, 4)
+SCHEMA = ("impression_id string, ts timestamp, ds date, user_id bigint, ad_id bigint, surface string, "
+          "position int, clicked boolean, converted boolean, p_click double, p_convert double")
+GUARDED = WritePolicy(max_row_drop_fraction=0.5)
+
+
+def _impressions(spark, n: int, day: date = DS, bad: int = 0, extra: dict | None = None):
+    """`n` good impressions of `day` (and `bad` with an unknown surface), with `extra` columns if given."""
+    rows = [Row(impression_id=f"{day}-{i}", ts=datetime(day.year, day.month, day.day, 12), ds=day, user_id=i,
+                ad_id=7, surface="billboard" if i < bad else "feed", position=1, clicked=i % 3 == 0,
+                converted=False, p_click=None, p_convert=None) for i in range(n + bad)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    for name, value in (extra or {}).items():
+        df = df.selectExpr("*", f"{value} AS {name}")
+    return df
+
+
+def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    land(spark, _impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    table = paths.table("bronze.impressions")
+    version = table_version(spark, table)
+    with pytest.raises(RowDropError, match=r"bronze.impressions where ds = DATE'2026-11-03': the new rows \(0\) "
+                                           r"would replace 20 rows.*allow_row_drop"):
+        land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    assert table_version(spark, table) == version and read_table(spark, table).count() == 20
+    assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 2  # its rejections stand too
+    assert read_journal(paths, "bronze.impressions", DS.isoformat())["state"] == "committed"
+    allowed = land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS,
+                   policy=WritePolicy(max_row_drop_fraction=0.5, allow_row_drop=True))
+    assert (allowed.accepted, allowed.rejected) == (0, 0) and read_table(spark, table).count() == 0
+
+
+def test_a_drop_beyond_the_fraction_is_refused_and_a_smaller_one_lands(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    land(spark, _impressions(spark, 20), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    with pytest.raises(RowDropError, match=r"the new rows \(9\) would replace 20 rows"):
+        land(spark, _impressions(spark, 9), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    landing = land(spark, _impressions(spark, 10), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    assert landing.accepted == 10
+
+
+def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_relanded(spark, tmp_path, monkeypatch):
+    paths = GemPaths(tmp_path)
+    land(spark, _impressions(spark, 10, bad=1), "bronze.impressions", paths, SURFACES, DS)
+    real = bronze.replace_partition
+
+    def killed_at_the_rejected_commit(df, path, *args, **kwargs):
+        if path == paths.table("bronze.rejected_rows"):
+            raise SystemExit("killed")  # the process dies after the accepted rows were committed
+        return real(df, path, *args, **kwargs)
+
+    monkeypatch.setattr(bronze, "replace_partition", killed_at_the_rejected_commit)
+    with pytest.raises(SystemExit):
+        land(spark, _impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
+    monkeypatch.undo()
+    entry = read_journal(paths, "bronze.impressions", DS.isoformat())
+    assert entry["state"] == "started" and entry["rows_in"] == 15
+    # Accepted rows are the new landing's, rejected ones still the old one's: nothing may read this partition.
+    assert read_table(spark, paths.table("bronze.impressions")).count() == 12
+    assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 1
+    with pytest.raises(IncompleteLandingError, match="never finished.*land it again"):
+        require_landed(paths, "bronze.impressions", [DS.isoformat()])
+    landing = land(spark, _impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
+    assert (landing.accepted, landing.rejected, landing.conserved) == (12, 3, True)
+    require_landed(paths, "bronze.impressions", [DS.isoformat()])
+
+
+def test_a_refused_landing_leaves_the_previous_journal_entry(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    land(spark, _impressions(spark, 5, extra={"promo": "'x'"}), "bronze.impressions", paths, SURFACES, DS)
+    before = read_journal(paths, "bronze.impressions", DS.isoformat())
+    with pytest.raises(SchemaChangeError):
+        land(spark, _impressions(spark, 5), "bronze.impressions", paths, SURFACES, DS)
+    assert read_journal(paths, "bronze.impressions", DS.isoformat()) == before
+
+
+def test_one_landing_of_a_partition_at_a_time(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    with partition_lock(paths, "landing", "bronze.impressions", DS.isoformat(), holder="dagster run other"):
+        with pytest.raises(PartitionBusyError, match="locked by another run.*dagster run other"):
+            land(spark, _impressions(spark, 3), "bronze.impressions", paths, SURFACES, DS)
+    assert not paths.table("bronze.impressions").exists()
+
+
+def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, gem_home):
+    from jobs.cli import main
+
+    paths = GemPaths(gem_home)
+    land(spark, _impressions(spark, 4, extra={"promo": "'spring'"}), "bronze.impressions", paths, SURFACES, DS)
+    with pytest.raises(SchemaChangeError, match=r"lack: \['promo'\].*allow_missing_columns.*"
+                                                r"gem lake drop-columns bronze.impressions promo"):
+        land(spark, _impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT)
+    # Fix 1: keep the column, nulls for the new day.
+    kept = land(spark, _impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT,
+                policy=WritePolicy(allow_missing_columns=True))
+    assert kept.accepted == 4
+    promo = {(r["ds"], r["promo"]) for r in read_table(spark, paths.table("bronze.impressions")).collect()}
+    assert promo == {(DS, "spring"), (NEXT, None)}
+    # Fix 2: drop the column from the table with the CLI; the next batch lands as it is, every row kept.
+    main(["lake", "drop-columns", "bronze.impressions", "promo"])
+    table = read_table(spark, paths.table("bronze.impressions"))
+    assert "promo" not in table.columns and table.count() == 8
+    assert land(spark, _impressions(spark, 5, NEXT), "bronze.impressions", paths, SURFACES, NEXT).accepted == 5
