@@ -23,8 +23,9 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 ui: $(VENV)/.installed
-	mkdir -p $(GEM_HOME)/dagster
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(GEM_HOME)/dagster} $(BIN)/dagster dev -w workspace.yaml
+	home=$${DAGSTER_HOME:-$(GEM_HOME)/dagster}; mkdir -p $$home; \
+	test -f $$home/dagster.yaml || cp dagster_project/dagster.yaml $$home/; \
+	DAGSTER_HOME=$$home $(BIN)/dagster dev -w workspace.yaml
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -14,7 +14,7 @@ from dagster_project.defs.features.assets import build_feature_assets
 from dagster_project.defs.features.checks import build_feature_checks
 from dagster_project.defs.reports.assets import sql_pack
 from dagster_project.defs.student.assets import build_student_checks, student_models
-from dagster_project.defs.training.assets import teacher_model, teacher_model_metrics
+from dagster_project.defs.training.assets import teacher_model
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher, launcher_from_env
 from dagster_project.resources.spark import SparkResource
@@ -28,7 +28,7 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
     by_name = {j.name: j for j in jobs}
     return dg.Definitions(
         assets=[*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack, student_models],
-        asset_checks=[*build_feature_checks(), teacher_model_metrics, *build_export_checks(),
+        asset_checks=[*build_feature_checks(), *build_export_checks(),
                       *build_student_checks()],
         jobs=jobs,
         schedules=build_schedules(by_name),

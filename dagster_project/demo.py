@@ -13,6 +13,7 @@ import dagster as dg
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
+from dagster_project.run_monitoring import ensure_instance_config, fail_dead_runs, worker_tags
 from gem_model.distill.artefact import read_student_manifest, student_version
 from gem_model.distill.data import has_student_days
 from gem_model.export.checkpoint import read_manifest
@@ -20,10 +21,15 @@ from gem_model.export.index import read_index
 
 
 def instance_for(lake: LakeResource) -> dg.DagsterInstance:
+    """The Dagster instance under DAGSTER_HOME (its dagster.yaml written if missing), with the runs whose
+    process died since the last start marked failed (`dagster_project.run_monitoring`)."""
     home = lake.paths.dagster_home
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_instance_config(home)
     os.environ["DAGSTER_HOME"] = str(home)
-    return dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()
+    for run_id in fail_dead_runs(instance):
+        print(f"marked run {run_id} failed: its process is gone", flush=True)
+    return instance
 
 
 def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
@@ -34,7 +40,8 @@ def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
     cfg = lake.config
 
     def run(job: str, partition: str | None = None) -> None:
-        result = defs.resolve_job_def(job).execute_in_process(instance=instance, partition_key=partition)
+        result = defs.resolve_job_def(job).execute_in_process(instance=instance, partition_key=partition,
+                                                              tags=worker_tags())
         if not result.success:
             raise RuntimeError(f"{job} failed for partition {partition}")
         print(f"ok  {job}{f' [{partition}]' if partition else ''}", flush=True)
@@ -76,10 +83,11 @@ def summary(lake: LakeResource) -> str:
         lines.append(f"  {task}: AUC {m.get(f'{task}/auc', float('nan')):.4f}{oracle['auc']}  "
                      f"NE {m.get(f'{task}/ne', float('nan')):.4f}{oracle['ne']}  "
                      f"calibration {m.get(f'{task}/calibration', float('nan')):.3f}")
-    lines += ["", "Indexes ($GEM_HOME/indexes):"]
+    last_day = lake.config.world.days[-1]
+    lines += ["", f"Indexes ($GEM_HOME/indexes, {last_day}):"]
     k = lake.config.index.recall_k
     for name in ("ads", "users"):
-        _, im = read_index(lake.paths.index_dir(name, version))
+        _, im = read_index(lake.paths.index_dir(name, version, last_day))
         lines.append(f"  {name:<6} {im['factory']:<14} {im['row_count']:>7,} vectors  "
                      f"recall@{k} {im[f'recall_at_{k}']:.3f}  {im['queries_per_second']:,.0f} queries/s")
     lines += student_summary(lake, version)

@@ -1,15 +1,17 @@
 """Where every output lives: the `$GEM_HOME` contract (docs/tables.md).
 
 One root (default `./lakehouse`, or `$GEM_HOME`) holds Delta tables under `lake/<layer>/<table>`,
-models under `models/<model_version>`, FAISS indexes under `indexes/<name>/<model_version>`,
-distilled students under `students/<student_version>`,
-scratch space for jobs under `staging/` and, unless `DAGSTER_HOME` is set, Dagster's instance.
+models under `models/<model_version>` (`models/LATEST` names the promoted one), FAISS indexes
+under `indexes/<name>/<model_version>/<ds>`, distilled students under `students/<student_version>`,
+landing journals under `landings/`, lock files under `locks/`, each run's scratch space under
+`staging/<kind>/<run id>` and, unless `DAGSTER_HOME` is set, Dagster's instance.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
@@ -57,24 +59,42 @@ class GemPaths:
     def models(self) -> Path:
         return self.home / "models"
 
+    def known_model_versions(self) -> list[str]:
+        """Every finished model version (a directory with a manifest; `.partial` ones are still training)."""
+        return sorted(p.name for p in self.models.glob("*") if (p / "manifest.json").is_file()
+                      and not p.name.endswith(".partial"))
+
     def latest_model_version(self) -> str:
-        """The newest trained model version, named by `models/LATEST`."""
+        """The promoted model version, named by `models/LATEST` (set once its blocking checks passed)."""
         pointer = self.models / "LATEST"
         if not pointer.is_file():
             raise FileNotFoundError(
-                f"no trained model under {self.models}; materialise teacher_model first, "
-                "or name a model version explicitly"
+                f"no promoted model under {self.models} ({pointer} missing); materialise teacher_model (a model is "
+                "promoted when its holdout check passes), or name a model version explicitly"
             )
-        return pointer.read_text().strip()
+        version = pointer.read_text().strip()
+        if not (self.model_dir(version) / "manifest.json").is_file():
+            raise FileNotFoundError(
+                f"{pointer} names model version {version!r}, which has no manifest under {self.models}; "
+                f"known versions: {self.known_model_versions() or 'none'}. Materialise teacher_model again, or "
+                f"point LATEST at a known version: gem promote VERSION"
+            )
+        return version
 
     def set_latest_model_version(self, version: str) -> None:
         pointer = self.models / "LATEST"
-        tmp = pointer.with_suffix(".tmp")
+        tmp = pointer.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(version + "\n")
         tmp.replace(pointer)  # atomic: readers see the old or the new name
 
-    def index_dir(self, name: str, model_version: str) -> Path:
-        return self.home / "indexes" / name / model_version
+    def index_dir(self, name: str, model_version: str, ds: date) -> Path:
+        """The index `name` (ads, users) over the embeddings of `model_version` on day `ds`."""
+        return self.home / "indexes" / name / model_version / ds.isoformat()
+
+    def index_days(self, name: str, model_version: str) -> list[date]:
+        """The days for which index `name` of `model_version` has a published build, oldest first."""
+        return sorted(date.fromisoformat(p.parent.name)
+                      for p in (self.home / "indexes" / name / model_version).glob("*/CURRENT"))
 
     def student_dir(self, student_version: str) -> Path:
         return self.home / "students" / student_version
@@ -82,6 +102,10 @@ class GemPaths:
     @property
     def staging(self) -> Path:
         return self.home / "staging"
+
+    def run_staging(self, kind: str, run_id: str) -> Path:
+        """Scratch space of one run (`kind`: score, train, ...): never shared by two runs."""
+        return self.staging / kind / run_id
 
     @property
     def dagster_home(self) -> Path:

@@ -5,8 +5,11 @@
           [--format table|json|csv]   plus meta.models and meta.table_history; one query, after the
           [--limit N]                 SET VARIABLE defaults it declares; --var overrides one of them
           [--var NAME=VALUE ...]      (docs/SQL.md), e.g. --var for_user_id=42
-    gem neighbors --user-id N [--k 10] [--model-version V]
-                                      nearest ads to a user from the FAISS ads index
+    gem neighbors --user-id N [--k 10] [--model-version V] [--ds D]
+                                      nearest ads to a user from the FAISS ads index of a day
+    gem promote VERSION               point models/LATEST at VERSION if its holdout check passes
+    gem lake drop-columns TABLE COL...
+                                      rewrite a lake table without columns a source no longer has
     gem export --ds D [--model-version V]
                                       the export_job for one day: scoring (torchrun), indexes, candidates
 
@@ -68,7 +71,7 @@ def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, s
     return variables
 
 
-def neighbors(user_id: int, k: int, model_version: str | None) -> None:
+def neighbors(user_id: int, k: int, model_version: str | None, ds: str | None) -> None:
     from datetime import date
 
     import numpy as np
@@ -78,16 +81,46 @@ def neighbors(user_id: int, k: int, model_version: str | None) -> None:
 
     paths = GemPaths.from_env()
     version = model_version or paths.latest_model_version()
-    index, manifest = read_index(paths.index_dir("ads", version))
-    ds = date.fromisoformat(manifest["ds"])
-    ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, ds, manifest["dimension"])
+    days = paths.index_days("ads", version)
+    if not days:
+        raise SystemExit(f"gem neighbors: model {version} has no ads index; run gem export --ds D first")
+    index, manifest = read_index(paths.index_dir("ads", version, date.fromisoformat(ds) if ds else days[-1]))
+    day = date.fromisoformat(manifest["ds"])
+    ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, day, manifest["dimension"])
     match = np.flatnonzero(ids == user_id)
     if len(match) == 0:
-        raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {ds}")
+        raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {day}")
     scores, found = index.search(vectors[match[:1]], k)
     _print_rows(["rank", "ad_id", "score"],
                 [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(found[0], scores[0])) if a >= 0],
                 "table")
+
+
+def promote(version: str) -> None:
+    """Point models/LATEST at `version` if its holdout check passes (the teacher asset's own rule)."""
+    from gem_model.train.promotion import PromotionRefusedError
+    from gem_model.train.promotion import promote as promote_version
+
+    try:
+        check = promote_version(GemPaths.from_env(), version)
+    except (PromotionRefusedError, FileNotFoundError) as error:
+        raise SystemExit(f"gem promote: {error}") from None
+    print(f"LATEST -> {version} ({check.description})")
+
+
+def drop_columns(table: str, columns: list[str]) -> None:
+    """Rewrite a lake table without `columns`: the fix a SchemaChangeError names for a column a source dropped."""
+    from jobs.lake import drop_columns as drop
+    from jobs.spark_session import build_spark_session
+
+    paths = GemPaths.from_env()
+    spark = build_spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        rows = drop(spark, paths.table(table), columns)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"gem lake drop-columns: {error}") from None
+    print(f"{table}: dropped {', '.join(columns)}; {rows:,} rows rewritten in one commit")
 
 
 def export(ds: str, model_version: str | None) -> None:
@@ -96,11 +129,12 @@ def export(ds: str, model_version: str | None) -> None:
     from dagster_project.defs.export.assets import EXPORT_OPS
     from dagster_project.demo import instance_for
     from dagster_project.resources.lake import LakeResource
+    from dagster_project.run_monitoring import worker_tags
 
     lake = LakeResource.from_env()
     version = model_version or lake.latest_model_version()
     result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
-        instance=instance_for(lake), partition_key=ds, raise_on_error=False,
+        instance=instance_for(lake), partition_key=ds, raise_on_error=False, tags=worker_tags(),
         run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
     if not result.success:
         failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
@@ -125,6 +159,13 @@ def main(argv: list[str] | None = None) -> None:
     nb.add_argument("--user-id", type=int, required=True)
     nb.add_argument("--k", type=int, default=10)
     nb.add_argument("--model-version", default=None)
+    nb.add_argument("--ds", default=None, help="the index's day (default: the newest the version has)")
+    pr = sub.add_parser("promote", help="point models/LATEST at a version whose holdout check passes")
+    pr.add_argument("version")
+    lk = sub.add_parser("lake", help="maintain the lake's tables").add_subparsers(dest="lake_command", required=True)
+    dc = lk.add_parser("drop-columns", help="rewrite a table without some columns (one Delta commit)")
+    dc.add_argument("table", help="<layer>.<table>, e.g. bronze.impressions")
+    dc.add_argument("columns", nargs="+")
     ex = sub.add_parser("export", help="score, index and generate candidates for one day")
     ex.add_argument("--ds", required=True, help="the partition, e.g. 2026-11-06")
     ex.add_argument("--model-version", default=None, help="default: the latest teacher")
@@ -148,8 +189,12 @@ def main(argv: list[str] | None = None) -> None:
             export(args.ds, args.model_version)
         except ConfigError as error:
             raise SystemExit(f"gem export: {error}") from None
+    elif args.command == "promote":
+        promote(args.version)
+    elif args.command == "lake":
+        drop_columns(args.table, args.columns)
     else:
-        neighbors(args.user_id, args.k, args.model_version)
+        neighbors(args.user_id, args.k, args.model_version, args.ds)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds
     return spark.read.parquet(str(out)).count()
 
 
-def commit_scored(spark: SparkSession, paths: GemPaths, out: Path, model_version: str, ds: date) -> dict[str, int]:
-    """Commit a finished scoring run's parts; returns rows written per table (`gold.<name>`)."""
+def commit_scored(spark: SparkSession, paths: GemPaths, out: Path, model_version: str, ds: date,
+                  lineage: dict[str, str] | None = None) -> dict[str, int]:
+    """Commit a finished scoring run's parts; returns rows written per table (`gold.<name>`).
+
+    `lineage` (e.g. the Dagster run id) is recorded with each table's commit.
+    """
     marker = out / SUCCESS_FILE
     if not marker.is_file():
         raise RuntimeError(f"scoring output {out} has no {SUCCESS_FILE}: the scoring job did not finish; "
@@ -59,7 +63,8 @@ def commit_scored(spark: SparkSession, paths: GemPaths, out: Path, model_version
     rows = {}
     for name in SCORED_TABLES:
         df = spark.read.parquet(str(out / name))
-        written = replace_partition(df, paths.table(f"gold.{name}"), {"model_version": model_version, "ds": ds})
+        written = replace_partition(df, paths.table(f"gold.{name}"), {"model_version": model_version, "ds": ds},
+                                    commit_info=lineage)
         if written != done["rows"][name]:
             raise RuntimeError(f"gold.{name}: committed {written} rows but scoring reported {done['rows'][name]}")
         rows[f"gold.{name}"] = written
@@ -68,8 +73,11 @@ def commit_scored(spark: SparkSession, paths: GemPaths, out: Path, model_version
 
 def write_candidates(spark: SparkSession, paths: GemPaths, index: faiss.Index, user_ids: np.ndarray,
                      user_vectors: np.ndarray, k: int, model_version: str, ds: date, staging: Path,
-                     chunk_rows: int = 4096) -> int:
-    """Search the ads index for every user (in chunks) and replace that day's gold.user_ad_candidates."""
+                     lineage: dict[str, str] | None = None, chunk_rows: int = 4096) -> int:
+    """Search the ads index for every user (in chunks) and replace that day's gold.user_ad_candidates.
+
+    `staging` must belong to this run alone (`GemPaths.run_staging`); it is removed afterwards.
+    """
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     k = min(k, index.ntotal)
@@ -87,12 +95,15 @@ def write_candidates(spark: SparkSession, paths: GemPaths, index: faiss.Index, u
         pq.write_table(table, staging / f"part-{n:05d}.parquet")
     df = (spark.read.parquet(str(staging))
           .withColumn("model_version", F.lit(model_version)).withColumn("ds", F.lit(ds)))
-    rows = replace_partition(df, paths.table("gold.user_ad_candidates"), {"model_version": model_version, "ds": ds})
-    shutil.rmtree(staging)
-    return rows
+    try:
+        return replace_partition(df, paths.table("gold.user_ad_candidates"),
+                                 {"model_version": model_version, "ds": ds}, commit_info=lineage)
+    finally:
+        shutil.rmtree(staging)
 
 
-def record_index_build(spark: SparkSession, paths: GemPaths, manifest: dict[str, Any], k: int) -> None:
+def record_index_build(spark: SparkSession, paths: GemPaths, manifest: dict[str, Any], k: int,
+                       lineage: dict[str, str] | None = None) -> None:
     """Replace the (index, model version, day) row of gold.index_builds with this build's manifest."""
     ds = date.fromisoformat(manifest["ds"])
     row = {
@@ -108,4 +119,5 @@ def record_index_build(spark: SparkSession, paths: GemPaths, manifest: dict[str,
               "dimension int, row_count bigint, recall_at_k double, k int, queries_per_second double, "
               "build_seconds double, sha256 string, created_at timestamp")
     replace_partition(spark.createDataFrame([row], schema), paths.table("gold.index_builds"),
-                      {"index_name": row["index_name"], "model_version": row["model_version"], "ds": ds})
+                      {"index_name": row["index_name"], "model_version": row["model_version"], "ds": ds},
+                      commit_info=lineage)

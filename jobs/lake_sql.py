@@ -68,6 +68,7 @@ TABLE_HISTORY_SCHEMA = pa.schema([
     ("read_version", pa.int64()),
     ("is_blind_append", pa.bool_()),
     ("engine_info", pa.string()),
+    ("user_metadata", pa.string()),
 ])
 ALLOWED = ("`SET VARIABLE name = default` declarations, then exactly one query "
            "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE)")
@@ -269,6 +270,7 @@ def table_history_table(paths: GemPaths) -> pa.Table:
                 "read_version": _number(info.get("readVersion"), int),
                 "is_blind_append": info.get("isBlindAppend") if isinstance(info.get("isBlindAppend"), bool) else None,
                 "engine_info": info.get("engineInfo"),
+                "user_metadata": info.get("userMetadata"),
             })
     return pa.Table.from_pylist(rows, schema=TABLE_HISTORY_SCHEMA)
 

@@ -36,6 +36,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import ExampleStream
+from gem_model.integrity import file_digests
 from gem_model.train.trainer import (
     Checkpoints,
     build_sharded_model,
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                                   "train_days": [str(d) for d in cfg.world.days if d < holdout],
                                   "holdout_days": [str(d) for d in cfg.world.days if d >= holdout]},
                 "world_size": env.world_size,
+                "checkpoint_files": file_digests(staging / "checkpoint"),
                 "sharding_plan": plan,
                 "epoch_losses": epoch_losses,
                 "train_seconds": time.monotonic() - started,

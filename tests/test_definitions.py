@@ -1,3 +1,6 @@
+import json
+from datetime import date
+
 import dagster as dg
 
 from dagster_project.definitions import build_definitions
@@ -28,17 +31,41 @@ def test_sql_comments_and_quotes_do_not_split_statements():
     assert parsed.query.strip() == "/* ; */ SELECT '--; kept' AS x -- trailing; comment\nFROM t"
 
 
-def test_new_teacher_requests_an_export_of_every_holdout_day_with_valid_config(tmp_path):
+def _promoted(lake: LakeResource, version: str) -> None:
+    """A trained version's manifest and the LATEST pointer, as the teacher asset leaves them once promoted."""
+    directory = lake.paths.model_dir(version)
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps({"model_version": version}))
+    lake.set_latest_model_version(version)
+
+
+def test_the_sensor_requests_each_promoted_version_and_day_once(tmp_path):
     lake = LakeResource(home=str(tmp_path))
     defs = build_definitions(lake=lake)
     sensor = defs.get_repository_def().get_sensor_def("teacher_model_sensor")
-    with dg.instance_for_test() as instance:
-        event = dg.AssetMaterialization(["teacher_model"], metadata={"model_version": "v1"})
-        instance.report_runless_asset_event(event)
-        requests = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
-    assert [(r.partition_key, r.run_key) for r in requests] == [("2026-11-05", "v1:2026-11-05"),
-                                                                  ("2026-11-06", "v1:2026-11-06")]
     job = defs.resolve_job_def("export_job")
-    for request in requests:
-        assert dg.validate_run_config(job, request.run_config)["ops"]["scored_tables"]["config"] == {
-            "model_version": "v1"}
+    with dg.instance_for_test() as instance:
+        def tick(cursor: str | None):
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                              resources={"lake": lake})
+            return sensor.evaluate_tick(context)
+
+        nothing = tick(None)  # no promoted model yet
+        assert nothing.run_requests == [] and "no promoted model" in nothing.skip_message
+        _promoted(lake, "v1")
+        first = tick(None)
+        assert [(r.partition_key, r.run_key) for r in first.run_requests] == [("2026-11-05", "v1:2026-11-05"),
+                                                                            ("2026-11-06", "v1:2026-11-06")]
+        for request in first.run_requests:
+            assert dg.validate_run_config(job, request.run_config)["ops"]["scored_tables"]["config"] == {
+                "model_version": "v1"}
+        again = tick(first.cursor)  # the next tick: v1 was requested already
+        assert again.run_requests == [] and "already requested" in again.skip_message
+        # v2 is promoted; its first holdout day is already exported (both indexes published): only the second.
+        _promoted(lake, "v2")
+        for name in ("ads", "users"):
+            directory = lake.paths.index_dir(name, "v2", date(2026, 11, 5))
+            directory.mkdir(parents=True)
+            (directory / "CURRENT").write_text("build-x\n")
+        second = tick(again.cursor)
+        assert [r.run_key for r in second.run_requests] == ["v2:2026-11-06"]

@@ -5,11 +5,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from datetime import date
 from pathlib import Path
 
 import dagster as dg
+import faiss
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -18,9 +20,11 @@ from pyspark.sql import functions as F
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
+from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
 from jobs.export_tables import write_user_input
 from jobs.lake import read_table, table_version
+from jobs.locks import partition_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
 DAY = "2026-11-04"
@@ -163,3 +167,45 @@ def test_embeddings_of_another_dimension_are_refused(pipeline):
     version = lake.latest_model_version()
     with pytest.raises(ValueError, match=r"have lengths \[32\], expected \[16\]"):
         read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, date.fromisoformat(DAY), 16)
+
+
+def _gem_export(lake, version: str) -> subprocess.Popen:
+    """`gem export` of DAY in its own process, as a user would start it."""
+    env = {**os.environ, "GEM_HOME": lake.home, "GEM_PRESET": lake.preset, "GEM_CONFIG": lake.config_path}
+    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "export", "--ds", DAY, "--model-version", version],
+                            env=env, cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _partition_is_complete_and_matches(spark, lake, version: str, expected: dict) -> None:
+    for table, (rows, digest) in expected.items():
+        assert _content(spark, lake, table, version) == (rows, digest), table
+    ads, _ = read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, date.fromisoformat(DAY))
+    index, manifest = read_index(lake.paths.index_dir("ads", version, date.fromisoformat(DAY)))
+    assert (manifest["model_version"], manifest["ds"]) == (version, DAY)
+    assert np.array_equal(np.sort(faiss.vector_to_array(index.id_map)), np.sort(ads))
+
+
+def test_an_export_of_a_partition_another_run_holds_is_refused_and_changes_nothing(pipeline, spark):
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    versions = {t: table_version(spark, lake.paths.table(t)) for t in (*SCORED, "gold.user_ad_candidates")}
+    with partition_lock(lake.paths, "export", version, DAY, holder="dagster run other-run"):
+        proc = _gem_export(lake, version)
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    assert "is locked by another run" in err and "other-run" in err, err[-2000:]
+    assert {t: table_version(spark, lake.paths.table(t)) for t in versions} == versions
+
+
+def test_two_concurrent_exports_of_a_day_end_with_exactly_one_correct_partition(pipeline, spark):
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    before = {t: _content(spark, lake, t, version) for t in (*SCORED, "gold.user_ad_candidates")}
+    procs = [_gem_export(lake, version) for _ in range(2)]
+    results = [(p, *p.communicate(timeout=900)) for p in procs]
+    assert any(p.returncode == 0 for p, _, _ in results), [err[-2000:] for _, _, err in results]
+    for p, _, err in results:  # a loser is refused by the lock, never half-way through a commit
+        assert p.returncode == 0 or "is locked by another run" in err, err[-3000:]
+    _partition_is_complete_and_matches(spark, lake, version, before)
+    assert not list((lake.paths.staging / "score").glob("*/output")), "a run left its staging behind"

@@ -1,11 +1,17 @@
-from datetime import date
+import os
+from datetime import date, timedelta
+from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
 
 from gem_model.config import GemConfig, IndexConfig
-from gem_model.export.index import build_index, factory_for, publish_index, read_index, recall_at_k
+from gem_model.export.index import build_index, current_build, factory_for, publish_index, read_index, recall_at_k
+from gem_model.integrity import CorruptArtefactError
+from gem_model.paths import GemPaths
+
+DAY = date(2026, 11, 6)
 
 
 def _unit(rng, n, d):
@@ -96,18 +102,67 @@ def test_recall_counts_any_choice_among_tied_vectors_and_catches_wrong_ones():
 def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
     rng = np.random.default_rng(1)
     vectors, ids, queries = _unit(rng, 500, 8), np.arange(500, dtype=np.int64), _unit(rng, 50, 8)
-    directory = tmp_path / "indexes" / "ads" / "v1"
+    directory = GemPaths(tmp_path).index_dir("ads", "v1", DAY)
 
-    for _ in range(2):  # publishing twice leaves one complete index
-        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1",
-                                 date(2026, 11, 6), "gold.ad_embeddings")
+    builds = []
+    for _ in range(3):  # each publish is a new build; CURRENT moves to it, the one before is kept
+        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1", DAY,
+                                 "gold.ad_embeddings")
+        builds.append(current_build(directory))
     index, read_back = read_index(directory)
     assert index.ntotal == 500 == read_back["row_count"] == manifest["row_count"]
+    assert (read_back["name"], read_back["model_version"], read_back["ds"]) == ("ads", "v1", DAY.isoformat())
     assert read_back["dimension"] == 8 and read_back["metric"] == "inner_product"
     assert read_back["recall_at_10"] >= 0.9 and read_back["factory"] == "HNSW32,Flat"
-    assert read_back["index_bytes"] == (directory / "index.faiss").stat().st_size
+    assert read_back["index_bytes"] == (builds[-1] / "index.faiss").stat().st_size
     assert read_back["faiss_version"] == faiss.__version__
-    assert sorted(p.name for p in directory.parent.iterdir()) == ["v1"]
+    assert sorted(p.name for p in directory.iterdir()) == sorted(["CURRENT", builds[1].name, builds[2].name])
+
+
+def test_indexes_of_two_days_do_not_share_files(tmp_path):
+    rng = np.random.default_rng(2)
+    paths = GemPaths(tmp_path)
+    for n, day in ((100, DAY), (120, DAY + timedelta(days=1))):
+        vectors, queries = _unit(rng, n, 8), _unit(rng, 10, 8)
+        publish_index(vectors, np.arange(n, dtype=np.int64), queries, paths.index_dir("ads", "v1", day),
+                      IndexConfig(), "v1", day, "gold.ad_embeddings")
+    for n, day in ((100, DAY), (120, DAY + timedelta(days=1))):
+        index, manifest = read_index(paths.index_dir("ads", "v1", day))
+        assert index.ntotal == n == manifest["row_count"] and manifest["ds"] == day.isoformat()
+
+
+@pytest.fixture
+def published(tmp_path) -> Path:
+    rng = np.random.default_rng(3)
+    directory = GemPaths(tmp_path).index_dir("ads", "v1", DAY)
+    publish_index(_unit(rng, 300, 8), np.arange(300, dtype=np.int64), _unit(rng, 10, 8), directory, IndexConfig(),
+                  "v1", DAY, "gold.ad_embeddings")
+    return directory
+
+
+def test_an_overwritten_index_file_is_refused_naming_it_and_the_fix(published):
+    path = current_build(published) / "index.faiss"
+    with path.open("r+b") as fh:  # 4 KB overwritten in place: same size, different bytes
+        fh.seek(path.stat().st_size // 2)
+        fh.write(os.urandom(4096))
+    with pytest.raises(CorruptArtefactError, match=r"index\.faiss is corrupt: sha256 .* gem export --ds 2026-11-06 "
+                                                   r"--model-version v1"):
+        read_index(published)
+
+
+def test_a_truncated_index_or_manifest_is_refused(published):
+    build = current_build(published)
+    index_bytes = (build / "index.faiss").read_bytes()
+    (build / "index.faiss").write_bytes(index_bytes[:1000])
+    with pytest.raises(CorruptArtefactError, match="has 1,000 bytes, its manifest recorded"):
+        read_index(published)
+    (build / "index.faiss").write_bytes(index_bytes)
+    (build / "manifest.json").write_text((build / "manifest.json").read_text()[:50])
+    with pytest.raises(CorruptArtefactError, match=r"manifest\.json is not valid JSON .* rebuild it"):
+        read_index(published)
+    (published / "CURRENT").write_text("build-gone\n")
+    with pytest.raises(FileNotFoundError, match="names build-gone, which does not exist; rebuild it"):
+        read_index(published)
 
 
 @pytest.mark.parametrize(("factory", "params", "trained_on"), [
@@ -119,8 +174,9 @@ def test_search_params_survive_publish_and_read(tmp_path, monkeypatch, table, fa
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)  # the CPU path, whatever faiss build is installed
     vectors, ids, queries = table
     cfg = IndexConfig(factory=factory, exact_below=0, **params)
-    manifest = publish_index(vectors, ids, queries, tmp_path / "v1", cfg, "v1", date(2026, 11, 6), "gold.ad_embeddings")
-    index, read_back = read_index(tmp_path / "v1")
+    directory = GemPaths(tmp_path).index_dir("ads", "v1", DAY)
+    manifest = publish_index(vectors, ids, queries, directory, cfg, "v1", DAY, "gold.ad_embeddings")
+    index, read_back = read_index(directory)
     inner = faiss.downcast_index(index.index)
     if "nprobe" in params:
         assert inner.nprobe == params["nprobe"] == read_back["nprobe"]

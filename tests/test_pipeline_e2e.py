@@ -9,12 +9,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import faiss
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.config import GemConfig
 from gem_model.export.index import read_index
+from gem_model.export.scoring import read_embeddings
 from jobs.lake import read_table
 from jobs.table_contract import CONTRACT, schema_violations
 
@@ -77,12 +80,21 @@ def test_model_manifest_has_finite_holdout_metrics(pipeline):
     assert manifest["metrics"]["ctr/auc"] > 0.55  # learns the interest/category signal
 
 
-def test_indexes_load_with_the_manifest_row_count(pipeline):
+def test_each_day_has_its_own_index_holding_that_partition(pipeline):
     lake, _, _ = pipeline
-    for name, rows in (("ads", lake.config.world.n_ads), ("users", lake.config.world.n_users)):
-        index, manifest = read_index(lake.paths.index_dir(name, lake.latest_model_version()))
-        assert index.ntotal == manifest["row_count"] == rows
-        assert manifest["recall_at_10"] >= lake.config.index.min_recall
+    version = lake.latest_model_version()
+    holdout = [d for d in lake.config.world.days if d >= lake.config.world.holdout_start]
+    for day in holdout:
+        for name, table, column in (("ads", "gold.ad_embeddings", "ad_id"), ("users", "gold.user_embeddings",
+                                                                              "user_id")):
+            index, manifest = read_index(lake.paths.index_dir(name, version, day))
+            ids, vectors = read_embeddings(lake.paths, table, column, version, day)
+            assert (manifest["model_version"], manifest["ds"]) == (version, day.isoformat())
+            assert index.ntotal == manifest["row_count"] == len(ids)
+            assert manifest["recall_at_10"] >= lake.config.index.min_recall
+            assert np.array_equal(np.sort(faiss.vector_to_array(index.id_map)), np.sort(ids))  # that day's rows
+            scores, _ = index.search(vectors[:5], 1)  # each unit vector's best inner product is with itself
+            assert np.allclose(scores[:, 0], 1.0, atol=1e-4)
 
 
 def test_asset_checks_all_passed(pipeline):

@@ -2,7 +2,8 @@
 
 The directory holds `manifest.json` (teacher version, calendar, input Delta versions, the full
 resolved config, rows, adapter fits, metrics, gains, inference speed), `adapters/<task>.pt` and
-`students/<surface>/<variant>.pt` (state dicts). It is written to `<dir>.partial` and renamed,
+`students/<surface>/<variant>.pt` (state dicts), whose sizes and sha256 the manifest records
+(`files`) and the loaders verify. It is written to `<dir>.partial` and renamed,
 so a version appears complete or not at all, and a re-run replaces it. The version name is a
 function of the teacher version, the student and feature config and the calendar, so the same
 inputs always land in the same directory instead of a duplicate.
@@ -24,6 +25,7 @@ from gem_model.distill.adapter import StudentAdapter
 from gem_model.distill.data import StudentCalendar
 from gem_model.distill.student import StudentModel
 from gem_model.distill.variants import TASKS, VARIANTS, StudentRun, build_student, make_adapter
+from gem_model.integrity import file_digests, read_manifest_file, verify_files
 
 # Columns of a gold.student_metrics row beside its keys, in the manifest's metric names.
 METRIC_COLUMNS = ("auc", "ne", "calibration", "log_loss", "rows", "positives")
@@ -48,18 +50,26 @@ def write_student(run: StudentRun, directory: Path, manifest: dict[str, Any]) ->
         (staging / "students" / surface).mkdir(parents=True, exist_ok=True)
         for variant, model in models.items():
             torch.save(model.state_dict(), staging / "students" / surface / f"{variant}.pt")
+    manifest = {**manifest, "files": file_digests(staging)}
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
     return directory
 
 
+_RETRAIN = "re-train it: materialise student_models (or run jobs/train_student.py)"
+
+
 def read_student_manifest(directory: Path) -> dict[str, Any]:
     path = directory / "manifest.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no student version at {directory} (no manifest.json); materialise student_models "
-                                "or run jobs/train_student.py")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"no student version at {directory} (no manifest.json); {_RETRAIN}")
+    return read_manifest_file(path, _RETRAIN)
+
+
+def _verified(directory: Path, manifest: dict[str, Any], name: str) -> Path:
+    verify_files(directory, {name: manifest["files"][name]}, _RETRAIN)
+    return directory / name
 
 
 def load_student(directory: Path, surface: str, variant: str) -> StudentModel:
@@ -70,15 +80,17 @@ def load_student(directory: Path, surface: str, variant: str) -> StudentModel:
         raise FileNotFoundError(f"student {directory.name} has no {variant!r} model for surface {surface!r}; "
                                 f"trained: {trained}")
     model = build_student(GemConfig.from_dict(manifest["config"]), VARIANTS[variant], manifest["teacher"]["repr_dim"])
-    model.load_state_dict(torch.load(path, weights_only=True))
+    model.load_state_dict(torch.load(_verified(directory, manifest, f"students/{surface}/{variant}.pt"),
+                                     weights_only=True))
     return model.eval()
 
 
 def load_adapter(directory: Path, task: str) -> StudentAdapter:
     if task not in TASKS:
         raise ValueError(f"task={task!r} is not one of {TASKS}")
-    adapter = make_adapter(GemConfig.from_dict(read_student_manifest(directory)["config"]))
-    adapter.load_state_dict(torch.load(directory / "adapters" / f"{task}.pt", weights_only=True))
+    manifest = read_student_manifest(directory)
+    adapter = make_adapter(GemConfig.from_dict(manifest["config"]))
+    adapter.load_state_dict(torch.load(_verified(directory, manifest, f"adapters/{task}.pt"), weights_only=True))
     return adapter
 
 

@@ -1,12 +1,12 @@
 """Load a trained model version from `$GEM_HOME/models/<version>` into one unsharded GemModel.
 
 Training saves the sharded state with torch.distributed.checkpoint; DCP reshards on load, so a
-single process (or any other world size) can read it back into plain tensors.
+single process (or any other world size) can read it back into plain tensors. The manifest records
+the size and sha256 of every checkpoint file (`checkpoint_files`), verified before loading.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from gem_model.config import DOWNSTREAM_SECTIONS, GemConfig
+from gem_model.integrity import CorruptArtefactError, read_manifest_file, verify_files
 from gem_model.models.gem import GemModel
 
 # Keys in the checkpoint: "model." + GemTrain's state dict, whose GemModel lives under "model.".
@@ -33,6 +34,11 @@ class LoadedModel:
         return str(self.manifest["model_version"])
 
 
+def _retrain_hint(model_dir: Path) -> str:
+    return (f"the model version cannot be used: materialise teacher_model again to re-train it (its version name "
+            f"is derived from the config and data), or delete {model_dir} and use another version")
+
+
 def read_manifest(model_dir: Path) -> dict[str, Any]:
     manifest_path = model_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -41,7 +47,7 @@ def read_manifest(model_dir: Path) -> dict[str, Any]:
             f"model version {model_dir.name!r} not found under {model_dir.parent} "
             f"(no manifest.json); known versions: {known or 'none — materialise teacher_model first'}"
         )
-    return json.loads(manifest_path.read_text())
+    return read_manifest_file(manifest_path, _retrain_hint(model_dir))
 
 
 def teacher_config(manifest: dict[str, Any]) -> GemConfig:
@@ -53,10 +59,18 @@ def teacher_config(manifest: dict[str, Any]) -> GemConfig:
 def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedModel:
     """The model version at `model_dir`, unsharded, in eval mode on `device` (CPU when None)."""
     manifest = read_manifest(model_dir)
+    checkpoint = model_dir / "checkpoint"
+    if not checkpoint.is_dir():
+        raise CorruptArtefactError(f"{checkpoint} is missing (the manifest is there); {_retrain_hint(model_dir)}")
+    if "checkpoint_files" not in manifest:
+        raise CorruptArtefactError(f"{model_dir / 'manifest.json'} records no checkpoint_files to verify the "
+                                   "checkpoint against (written before checksums were kept); "
+                                   f"{_retrain_hint(model_dir)}")
+    verify_files(checkpoint, manifest["checkpoint_files"], _retrain_hint(model_dir))
     config = teacher_config(manifest)
     model = GemModel(config.features, config.model)
     state = {f"{_PREFIX}{k}": v for k, v in model.state_dict().items()}
-    dcp.load({"model": state}, checkpoint_id=str(model_dir / "checkpoint"))
+    dcp.load({"model": state}, checkpoint_id=str(checkpoint))
     model.load_state_dict({k.removeprefix(_PREFIX): v for k, v in state.items()})
     device = device or torch.device("cpu")
     model.to(device).eval()

@@ -7,17 +7,23 @@ the score the model trains its embeddings for. The index type is a FAISS factory
 filled and measured on the first GPU and copied back to the CPU for writing; HNSW has no FAISS GPU
 version and stays on the CPU. Recall@k is measured against exact inner-product search over the
 same vectors. Search parameters (`nprobe`, `hnsw_ef_search`) are stored in the manifest and
-re-applied by `read_index`. The index is written to `<dir>.partial` and renamed into place, so a
-reader sees the previous version or the new one, never a half-written file.
+re-applied by `read_index`.
+
+Each (index, model version, day) has its own directory (`GemPaths.index_dir`). A build is written
+to a fresh `build-*` directory inside it and published by atomically replacing the `CURRENT`
+pointer, so a reader sees the previous build or the new one, never a half-written file, and two
+days or two versions never share files. `read_index` verifies the index file's size and sha256
+against the manifest before returning it: a truncated or overwritten file is an error naming it.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
+import os
 import shutil
 import time
+import uuid
 import warnings
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -27,8 +33,11 @@ import faiss
 import numpy as np
 
 from gem_model.config import IndexConfig
+from gem_model.integrity import file_sha256, read_manifest_file, verify_files
 
 INDEX_FILE = "index.faiss"
+CURRENT = "CURRENT"  # names the published build directory
+KEEP_BUILDS = 2  # the current build and the one before it (a reader may still be opening it)
 TRAIN_SEED = 0  # fixed, so rebuilding from the same table trains the same lists
 # index_cpu_to_gpu raises for HNSW: FAISS only has GPU versions of these families.
 GPU_FAMILIES = frozenset({"flat", "ivf_flat", "ivf_pq"})
@@ -134,22 +143,43 @@ def recall_at_k(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, querie
     return float(hits.sum(axis=1).mean()) / k
 
 
+def _rebuild_hint(directory: Path) -> str:
+    name, version, ds = directory.parts[-3:]
+    return (f"rebuild it: gem export --ds {ds} --model-version {version} (or materialise indexes/{name} for "
+            f"partition {ds} with that model version)")
+
+
+def current_build(directory: Path) -> Path:
+    """The published build directory of the index at `directory` (`GemPaths.index_dir`)."""
+    pointer = directory / CURRENT
+    if not pointer.is_file():
+        raise FileNotFoundError(f"no index published at {directory} ({CURRENT} missing); {_rebuild_hint(directory)}")
+    build = directory / pointer.read_text().strip()
+    if not build.is_dir():
+        raise FileNotFoundError(f"{pointer} names {build.name}, which does not exist; {_rebuild_hint(directory)}")
+    return build
+
+
 def read_index(directory: Path) -> tuple[faiss.Index, dict[str, Any]]:
-    """The published CPU index in `directory` with its manifest's search parameters, and the manifest."""
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"no index at {directory} (manifest.json missing); materialise it first")
-    manifest = json.loads(manifest_path.read_text())
-    index = faiss.read_index(str(directory / INDEX_FILE))
-    # Manifests written before `nprobe` was recorded are HNSW or Flat, which ignore it.
-    set_search_params(index, manifest.get("nprobe", IndexConfig.nprobe),
-                      manifest.get("hnsw_ef_search", IndexConfig.hnsw_ef_search))
+    """The published CPU index at `directory`, verified against its manifest, with its search parameters."""
+    build = current_build(directory)
+    hint = _rebuild_hint(directory)
+    manifest = read_manifest_file(build / "manifest.json", hint)
+    verify_files(build, {INDEX_FILE: {"bytes": manifest["index_bytes"], "sha256": manifest["sha256"]}}, hint)
+    index = faiss.read_index(str(build / INDEX_FILE))
+    set_search_params(index, manifest["nprobe"], manifest["hnsw_ef_search"])
     return index, manifest
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as fh:  # streamed: a 1M-row HNSW file is ~0.4 GB
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+def _publish(directory: Path, build: Path) -> None:
+    """Point `CURRENT` at `build` atomically, then drop all but the newest `KEEP_BUILDS` builds."""
+    tmp = directory / f"{CURRENT}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(build.name + "\n")
+    os.replace(tmp, directory / CURRENT)
+    builds = sorted(directory.glob("build-*"), key=lambda p: p.name)
+    for old in builds[:-KEEP_BUILDS]:
+        if old != build:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, directory: Path,
@@ -167,12 +197,12 @@ def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, dir
     recall = recall_at_k(index, vectors, ids, queries, cfg.recall_k)
     if device == "gpu":
         index = faiss.index_gpu_to_cpu(index)
-    staging = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    faiss.write_index(index, str(staging / INDEX_FILE))
+    created = datetime.now(UTC)
+    build = directory / f"build-{created:%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}"  # sorts by time
+    build.mkdir(parents=True)
+    faiss.write_index(index, str(build / INDEX_FILE))
     manifest = {
-        "name": directory.parent.name,
+        "name": directory.parts[-3],
         "model_version": model_version,
         "ds": ds.isoformat(),
         "source_table": source_table,
@@ -190,17 +220,10 @@ def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, dir
         "recall_queries": len(queries),
         "queries_per_second": qps,
         "build_seconds": build_seconds,
-        "index_bytes": (staging / INDEX_FILE).stat().st_size,
-        "sha256": _sha256(staging / INDEX_FILE),
-        "created_at": datetime.now(UTC).isoformat(),
+        "index_bytes": (build / INDEX_FILE).stat().st_size,
+        "sha256": file_sha256(build / INDEX_FILE),
+        "created_at": created.isoformat(),
     }
-    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    if directory.exists():
-        retired = directory.with_name(directory.name + ".old")
-        shutil.rmtree(retired, ignore_errors=True)
-        directory.rename(retired)
-        staging.rename(directory)
-        shutil.rmtree(retired)
-    else:
-        staging.rename(directory)
+    (build / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    _publish(directory, build)
     return manifest

@@ -3,14 +3,21 @@
 Scoring prepares the users' input with Spark, runs `jobs/score.py` under torchrun through the
 launcher (Dagster Pipes, `export.nproc` ranks), and commits each table replacing exactly the
 (model_version, ds) partition: several model versions coexist side by side, and a re-run or a
-crash and a re-run never duplicates rows. Indexes are published per model version under
-`$GEM_HOME/indexes/<name>/<model_version>/`, each build recorded in gold.index_builds;
+crash and a re-run never duplicates rows. Indexes are published per (model version, day) under
+`$GEM_HOME/indexes/<name>/<model_version>/<ds>/`, each build recorded in gold.index_builds;
 gold.user_ad_candidates holds every user's top `export.candidates_k` ads from the ads index.
+
+Every step holds the (model_version, ds) export lock (`jobs.locks.partition_lock`) and works in
+its own run's staging directory, so a concurrent duplicate export is refused at once instead of
+interleaving with this one, and each commit records the Dagster run that made it (the Delta
+commit's `userMetadata`, visible in `meta.table_history`).
 """
 import dataclasses
 import json
 import shutil
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import date
 
 import dagster as dg
 
@@ -30,6 +37,7 @@ from gem_model.export.checkpoint import read_manifest
 from gem_model.export.index import publish_index, read_index
 from gem_model.export.scoring import read_embeddings
 from jobs.export_tables import commit_scored, record_index_build, write_candidates, write_user_input
+from jobs.locks import partition_lock
 from jobs.score import SCORED_TABLES
 
 GROUP = "export"
@@ -65,6 +73,15 @@ def _repr_dim(lake: LakeResource, version: str) -> int:
     return int(read_manifest(lake.paths.model_dir(version))["config"]["model"]["repr_dim"])
 
 
+def _export_lock(context: dg.AssetExecutionContext, lake: LakeResource, version: str,
+                 ds: date) -> AbstractContextManager[None]:
+    return partition_lock(lake.paths, "export", version, ds.isoformat(), holder=f"dagster run {context.run_id}")
+
+
+def _lineage(context: dg.AssetExecutionContext, version: str, ds: date) -> dict[str, str]:
+    return {"dagster_run_id": context.run_id, "model_version": version, "ds": ds.isoformat()}
+
+
 def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     daily = daily_partitions(cfg)
 
@@ -80,20 +97,22 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         """User/ad embeddings and per-task teacher logits of one day, for one model version."""
         ds, version = partition_date(context), _model_version(config, lake)
         read_manifest(lake.paths.model_dir(version))  # a missing version fails here, naming the known ones
-        staging = lake.paths.staging / "score" / version / ds.isoformat()
-        shutil.rmtree(staging, ignore_errors=True)
         s, export = spark.session(), lake.config.export
-        users = write_user_input(s, lake.paths, lake.config.features, ds, staging / "input" / "users",
-                                 export.user_input_files)
-        context.log.info(f"users' scoring input: {users} rows")
-        args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(staging / "input" / "users"),
-                "--out", str(staging / "output"), "--export-config", json.dumps(dataclasses.asdict(export))]
-        launcher.launch(context, "jobs/score.py", args, nproc=export.nproc)
-        rows = commit_scored(s, lake.paths, staging / "output", version, ds)
+        with _export_lock(context, lake, version, ds):
+            staging = lake.paths.run_staging("score", context.run_id)
+            try:
+                users = write_user_input(s, lake.paths, lake.config.features, ds, staging / "input" / "users",
+                                         export.user_input_files)
+                context.log.info(f"users' scoring input: {users} rows")
+                args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(staging / "input" / "users"),
+                        "--out", str(staging / "output"), "--export-config", json.dumps(dataclasses.asdict(export))]
+                launcher.launch(context, "jobs/score.py", args, nproc=export.nproc)
+                rows = commit_scored(s, lake.paths, staging / "output", version, ds, _lineage(context, version, ds))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         for table, n in rows.items():
             yield dg.MaterializeResult(asset_key=key(table), metadata={"model_version": version,
                                                                         **table_metadata(s, lake, table, n)})
-        shutil.rmtree(staging)
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
         asset_key = dg.AssetKey(["indexes", name])
@@ -107,12 +126,14 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                    lake: LakeResource) -> dg.MaterializeResult:
             ds, version = partition_date(context), _model_version(config, lake)
             dim = _repr_dim(lake, version)
-            ids, vectors = read_embeddings(lake.paths, spec.table, spec.id_column, version, ds, dim)
-            _, queries = read_embeddings(lake.paths, spec.query_table, spec.query_id_column, version, ds, dim)
-            directory = lake.paths.index_dir(name, version)
+            directory = lake.paths.index_dir(name, version, ds)
             index_cfg = lake.config.index
-            manifest = publish_index(vectors, ids, queries, directory, index_cfg, version, ds, spec.table)
-            record_index_build(spark.session(), lake.paths, manifest, index_cfg.recall_k)
+            with _export_lock(context, lake, version, ds):
+                ids, vectors = read_embeddings(lake.paths, spec.table, spec.id_column, version, ds, dim)
+                _, queries = read_embeddings(lake.paths, spec.query_table, spec.query_id_column, version, ds, dim)
+                manifest = publish_index(vectors, ids, queries, directory, index_cfg, version, ds, spec.table)
+                record_index_build(spark.session(), lake.paths, manifest, index_cfg.recall_k,
+                                   _lineage(context, version, ds))
             recall = manifest[f"recall_at_{index_cfg.recall_k}"]
             return dg.MaterializeResult(
                 metadata={"model_version": version, "path": dg.MetadataValue.path(str(directory)),
@@ -130,15 +151,21 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                            lake: LakeResource) -> dg.MaterializeResult:
         """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
         ds, version = partition_date(context), _model_version(config, lake)
-        index, manifest = read_index(lake.paths.index_dir("ads", version))
-        if manifest["ds"] != ds.isoformat():
-            raise ValueError(f"the ads index of {version} was built for ds={manifest['ds']}, not {ds}; "
-                             f"materialise indexes/ads for partition {ds} first")
-        user_ids, vectors = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, ds,
-                                            _repr_dim(lake, version))
         s = spark.session()
-        rows = write_candidates(s, lake.paths, index, user_ids, vectors, lake.config.export.candidates_k, version,
-                                ds, lake.paths.staging / "candidates" / version / ds.isoformat())
+        with _export_lock(context, lake, version, ds):
+            index, manifest = read_index(lake.paths.index_dir("ads", version, ds))
+            ad_ids, _ = read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, ds)
+            if (manifest["model_version"], manifest["ds"], manifest["row_count"]) != (version, ds.isoformat(),
+                                                                                      len(ad_ids)):
+                raise ValueError(f"the ads index at {lake.paths.index_dir('ads', version, ds)} holds "
+                                 f"{manifest['row_count']} ads of {manifest['model_version']} on {manifest['ds']}, "
+                                 f"but gold.ad_embeddings has {len(ad_ids)} of {version} on {ds}; rebuild the index: "
+                                 f"materialise indexes/ads for partition {ds}")
+            user_ids, vectors = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, ds,
+                                                _repr_dim(lake, version))
+            rows = write_candidates(s, lake.paths, index, user_ids, vectors, lake.config.export.candidates_k,
+                                    version, ds, lake.paths.run_staging("candidates", context.run_id),
+                                    _lineage(context, version, ds))
         return dg.MaterializeResult(metadata={"model_version": version, "users": len(user_ids),
                                               **table_metadata(s, lake, CANDIDATES, rows)})
 

@@ -5,10 +5,12 @@
 version's exported logits and embeddings; then `gold.student_metrics` gets the manifest's
 metrics, replacing exactly the (model_version, student_version) partition, so a re-run never
 duplicates rows. The student version is named by the teacher version, the student config and
-the calendar: re-materialising unchanged inputs rewrites the same version.
+the calendar: re-materialising unchanged inputs rewrites the same version; one run trains a
+student version at a time (`jobs.locks.partition_lock`).
 """
 
 import math
+import shutil
 
 import dagster as dg
 
@@ -19,6 +21,7 @@ from dagster_project.resources.spark import SparkResource
 from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
 from gem_model.export.checkpoint import read_manifest
 from jobs.lake import replace_partition
+from jobs.locks import partition_lock
 from jobs.table_contract import CONTRACT
 
 GROUP = "student"
@@ -70,12 +73,18 @@ def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfi
     read_manifest(paths.model_dir(version))  # a missing version fails here, naming the known ones
     name = student_version(cfg, version)
     directory = paths.student_dir(name)
-    config_file = paths.staging / "student" / f"{name}.json"
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(cfg.to_json())
-    launcher.launch(context, "jobs/train_student.py",
-                    ["--model-version", version, "--config", str(config_file), "--out", str(directory)], nproc=1)
-    manifest = read_student_manifest(directory)
+    staging = paths.run_staging("student", context.run_id)
+    with partition_lock(paths, "student", name, holder=f"dagster run {context.run_id}"):
+        staging.mkdir(parents=True, exist_ok=True)
+        try:
+            config_file = staging / "config.json"
+            config_file.write_text(cfg.to_json())
+            launcher.launch(context, "jobs/train_student.py",
+                            ["--model-version", version, "--config", str(config_file), "--out", str(directory)],
+                            nproc=1)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        manifest = read_student_manifest(directory)
     yield dg.MaterializeResult(
         asset_key=STUDENT_MODELS,
         metadata={"student_version": name, "model_version": version, "path": dg.MetadataValue.path(str(directory)),
