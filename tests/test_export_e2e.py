@@ -209,3 +209,33 @@ def test_two_concurrent_exports_of_a_day_end_with_exactly_one_correct_partition(
         assert p.returncode == 0 or "is locked by another run" in err, err[-3000:]
     _partition_is_complete_and_matches(spark, lake, version, before)
     assert not list((lake.paths.staging / "score").glob("*/output")), "a run left its staging behind"
+
+
+def test_a_corrupt_checkpoint_or_dangling_latest_is_refused_naming_the_fix(pipeline, tmp_path):
+    from gem_model.export.checkpoint import load_model, read_manifest
+    from gem_model.integrity import CorruptArtefactError
+    from gem_model.paths import GemPaths
+
+    lake, _, _ = pipeline
+    version = lake.latest_model_version()
+    paths = GemPaths(tmp_path)  # a copy: the session's lake stays intact
+    shutil.copytree(lake.paths.model_dir(version), paths.model_dir(version))
+    directory = paths.model_dir(version)
+    assert load_model(directory).version == version
+    shard = max((directory / "checkpoint").glob("*.distcp"), key=lambda p: p.stat().st_size)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptArtefactError, match=rf"{shard.name} is corrupt: sha256 .* materialise teacher_model"):
+        load_model(directory)
+    shutil.rmtree(directory / "checkpoint")
+    with pytest.raises(CorruptArtefactError, match=r"checkpoint is missing \(the manifest is there\)"):
+        load_model(directory)
+    manifest = directory / "manifest.json"
+    manifest.write_text(manifest.read_text()[:100])
+    with pytest.raises(CorruptArtefactError, match=r"manifest\.json is not valid JSON"):
+        read_manifest(directory)
+    paths.set_latest_model_version("gem-tiny-deleted")
+    with pytest.raises(FileNotFoundError, match=rf"LATEST names model version 'gem-tiny-deleted', which has no "
+                                                rf"manifest .* known versions: \['{version}'\].*gem promote VERSION"):
+        paths.latest_model_version()

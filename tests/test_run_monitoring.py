@@ -59,17 +59,17 @@ def test_a_killed_run_is_marked_failed_and_a_live_one_is_not(instance, tmp_path)
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    child = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
+    child = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path, start_new_session=True)
     try:
         run = _started_run(instance)
         assert fail_dead_runs(instance) == []  # alive: left STARTED
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
-        os.kill(child.pid, signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)  # the worker and its compute-log tailers, as a lost machine would
         child.wait()
         assert fail_dead_runs(instance) == [run.run_id]
     finally:
         if child.poll() is None:
-            child.kill()
+            os.killpg(child.pid, signal.SIGKILL)
     failed = instance.get_run_by_id(run.run_id)
     assert failed.status == dg.DagsterRunStatus.FAILURE
     messages = [e.message for e in instance.all_logs(run.run_id) if e.message]
