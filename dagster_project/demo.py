@@ -16,8 +16,8 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.run_monitoring import ensure_instance_config, fail_dead_runs, worker_tags
 from gem_model.distill.artefact import read_student_manifest, student_version
 from gem_model.distill.data import has_student_days
-from gem_model.export.checkpoint import read_manifest
 from gem_model.export.index import read_index
+from gem_model.train.manifest import read_manifest
 
 
 def instance_for(lake: LakeResource) -> dg.DagsterInstance:

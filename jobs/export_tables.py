@@ -28,9 +28,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.config import FeatureSpec
+from gem_model.export.layout import SCORED_TABLES, SUCCESS_FILE
 from gem_model.paths import GemPaths
 from jobs.lake import read_table, replace_partition
-from jobs.score import SCORED_TABLES, SUCCESS_FILE
 
 
 def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds: date, out: Path,

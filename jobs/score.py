@@ -42,12 +42,10 @@ from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 from gem_model.config import ExportConfig, GemConfig
 from gem_model.data.loader import ds_filter, open_delta, rank_fragments, scan_rank
 from gem_model.export.checkpoint import LoadedModel, load_model
+from gem_model.export.layout import SUCCESS_FILE
 from gem_model.export.scoring import score_embeddings, score_impressions
 from gem_model.paths import GemPaths
 from gem_model.train.trainer import DistEnv, init_distributed
-
-SCORED_TABLES = ("user_embeddings", "ad_embeddings", "teacher_logits")
-SUCCESS_FILE = "_SUCCESS.json"
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from gem_model.config import GemConfig
 from gem_model.distill.artefact import student_version, write_student
 from gem_model.distill.data import StudentCalendar, load_student_data
 from gem_model.distill.variants import train_students
-from gem_model.export.checkpoint import read_manifest
 from gem_model.paths import GemPaths
+from gem_model.train.manifest import read_manifest
 from gem_model.train.trainer import finite
 
 INPUT_TABLES = ("gold.training_examples", "gold.teacher_logits", "gold.user_embeddings", "gold.ad_embeddings")

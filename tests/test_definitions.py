@@ -1,10 +1,15 @@
 import json
+import subprocess
+import sys
 from datetime import date
+from pathlib import Path
 
 import dagster as dg
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
+
+HEAVY = ("torch", "torchrec", "fbgemm_gpu", "faiss", "pyspark", "delta", "deltalake", "duckdb", "triton")
 
 
 def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
@@ -21,6 +26,17 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
     assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
     assert len(list(graph.asset_check_keys)) >= 12
+
+
+def test_the_code_location_loads_without_torch_faiss_or_spark(tmp_path):
+    """Every Dagster process (webserver, daemon, each run worker) loads it: heavy libraries wait for the step."""
+    child = (f"from dagster_project.definitions import build_definitions; "
+             f"from dagster_project.resources.lake import LakeResource; "
+             f"build_definitions(lake=LakeResource(home={str(tmp_path)!r})); import sys; "
+             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).parents[1])
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_sql_comments_and_quotes_do_not_split_statements():

@@ -212,9 +212,10 @@ def test_two_concurrent_exports_of_a_day_end_with_exactly_one_correct_partition(
 
 
 def test_a_corrupt_checkpoint_or_dangling_latest_is_refused_naming_the_fix(pipeline, tmp_path):
-    from gem_model.export.checkpoint import load_model, read_manifest
+    from gem_model.export.checkpoint import load_model
     from gem_model.integrity import CorruptArtefactError
     from gem_model.paths import GemPaths
+    from gem_model.train.manifest import read_manifest
 
     lake, _, _ = pipeline
     version = lake.latest_model_version()

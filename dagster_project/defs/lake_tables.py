@@ -2,19 +2,24 @@
 
 An asset's key is its table's SQL name split in two (`gold.training_examples` ->
 ["gold", "training_examples"]), so the Dagster UI, the lake path and SQL all use one name.
+
+The definitions modules import no Spark, torch or FAISS when the code location loads (every
+process of `dagster dev`, the daemon and each run worker loads it); a step imports the library it
+runs inside its own body.
 """
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from jobs.lake import read_table, table_version
 from jobs.table_contract import CONTRACT, schema_violations
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def key(table: str) -> dg.AssetKey:
@@ -31,7 +36,9 @@ def partition_date(context: dg.AssetExecutionContext) -> date:
     return date.fromisoformat(context.partition_key)
 
 
-def table_metadata(spark: SparkSession, lake: LakeResource, table: str, rows: int) -> dict[str, object]:
+def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: int) -> dict[str, object]:
+    from jobs.lake import read_table, table_version
+
     path = lake.paths.table(table)
     df = read_table(spark, path)
     return {
@@ -50,6 +57,10 @@ def contract_check(table: str, blocking: bool = True) -> dg.AssetChecksDefinitio
     @dg.asset_check(asset=key(table), name="contract", blocking=blocking,
                     description=f"{table}: contract schema, non-empty, no null keys")
     def _check(spark: SparkResource, lake: LakeResource) -> dg.AssetCheckResult:
+        from pyspark.sql import functions as F
+
+        from jobs.lake import read_table
+
         session = spark.session()
         df = read_table(session, lake.paths.table(table))
         problems = schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields})

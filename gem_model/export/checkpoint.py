@@ -15,8 +15,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from gem_model.config import DOWNSTREAM_SECTIONS, GemConfig
-from gem_model.integrity import CorruptArtefactError, read_manifest_file, verify_files
+from gem_model.integrity import CorruptArtefactError, verify_files
 from gem_model.models.gem import GemModel
+from gem_model.train.manifest import read_manifest, retrain_hint
 
 # Keys in the checkpoint: "model." + GemTrain's state dict, whose GemModel lives under "model.".
 _PREFIX = "model."
@@ -34,22 +35,6 @@ class LoadedModel:
         return str(self.manifest["model_version"])
 
 
-def _retrain_hint(model_dir: Path) -> str:
-    return (f"the model version cannot be used: materialise teacher_model again to re-train it (its version name "
-            f"is derived from the config and data), or delete {model_dir} and use another version")
-
-
-def read_manifest(model_dir: Path) -> dict[str, Any]:
-    manifest_path = model_dir / "manifest.json"
-    if not manifest_path.is_file():
-        known = sorted(p.name for p in model_dir.parent.glob("*") if (p / "manifest.json").is_file())
-        raise FileNotFoundError(
-            f"model version {model_dir.name!r} not found under {model_dir.parent} "
-            f"(no manifest.json); known versions: {known or 'none — materialise teacher_model first'}"
-        )
-    return read_manifest_file(manifest_path, _retrain_hint(model_dir))
-
-
 def teacher_config(manifest: dict[str, Any]) -> GemConfig:
     """The config a teacher was trained with; the sections read after training (`DOWNSTREAM_SECTIONS`)
     take today's defaults, so a teacher stays loadable when the export or student settings evolve."""
@@ -61,12 +46,12 @@ def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedMod
     manifest = read_manifest(model_dir)
     checkpoint = model_dir / "checkpoint"
     if not checkpoint.is_dir():
-        raise CorruptArtefactError(f"{checkpoint} is missing (the manifest is there); {_retrain_hint(model_dir)}")
+        raise CorruptArtefactError(f"{checkpoint} is missing (the manifest is there); {retrain_hint(model_dir)}")
     if "checkpoint_files" not in manifest:
         raise CorruptArtefactError(f"{model_dir / 'manifest.json'} records no checkpoint_files to verify the "
                                    "checkpoint against (written before checksums were kept); "
-                                   f"{_retrain_hint(model_dir)}")
-    verify_files(checkpoint, manifest["checkpoint_files"], _retrain_hint(model_dir))
+                                   f"{retrain_hint(model_dir)}")
+    verify_files(checkpoint, manifest["checkpoint_files"], retrain_hint(model_dir))
     config = teacher_config(manifest)
     model = GemModel(config.features, config.model)
     state = {f"{_PREFIX}{k}": v for k, v in model.state_dict().items()}

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gem_model.export.checkpoint import read_manifest
 from gem_model.paths import GemPaths
+from gem_model.train.manifest import read_manifest
 
 # Below this many holdout clicks an AUC is too noisy to hold against chance: its standard error is
 # ~0.02-0.03 at a few hundred clicks, and the real samples' holdouts have 9-190 clicks (a model

@@ -33,12 +33,9 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from gem_model.export.checkpoint import read_manifest
-from gem_model.export.index import publish_index, read_index
-from gem_model.export.scoring import read_embeddings
-from jobs.export_tables import commit_scored, record_index_build, write_candidates, write_user_input
+from gem_model.export.layout import SCORED_TABLES
+from gem_model.train.manifest import read_manifest
 from jobs.locks import partition_lock
-from jobs.score import SCORED_TABLES
 
 GROUP = "export"
 
@@ -95,6 +92,8 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def scored_tables(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                       lake: LakeResource, launcher: JobLauncher):
         """User/ad embeddings and per-task teacher logits of one day, for one model version."""
+        from jobs.export_tables import commit_scored, write_user_input
+
         ds, version = partition_date(context), _model_version(config, lake)
         read_manifest(lake.paths.model_dir(version))  # a missing version fails here, naming the known ones
         s, export = spark.session(), lake.config.export
@@ -124,6 +123,10 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                   description=f"FAISS index over {spec.table} (inner product) with recall@k against exact search.")
         def _index(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                    lake: LakeResource) -> dg.MaterializeResult:
+            from gem_model.export.index import publish_index
+            from gem_model.export.scoring import read_embeddings
+            from jobs.export_tables import record_index_build
+
             ds, version = partition_date(context), _model_version(config, lake)
             dim = _repr_dim(lake, version)
             directory = lake.paths.index_dir(name, version, ds)
@@ -150,6 +153,10 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def user_ad_candidates(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
+        from gem_model.export.index import read_index
+        from gem_model.export.scoring import read_embeddings
+        from jobs.export_tables import write_candidates
+
         ds, version = partition_date(context), _model_version(config, lake)
         s = spark.session()
         with _export_lock(context, lake, version, ds):

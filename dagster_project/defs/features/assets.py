@@ -11,25 +11,19 @@ sequence-length distribution on gold, label and null rates on the training examp
 """
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from dagster_project.defs.lake_tables import daily_partitions, key, partition_date, table_metadata
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig
-from jobs.features.bronze import Landing
-from jobs.features.build import (
-    build_silver,
-    build_training_examples,
-    build_user_sequences,
-    land_bronze,
-    landing_policy,
-)
-from jobs.features.quality import label_rates, null_rates, sequence_stats
-from jobs.lake import read_table
+
+if TYPE_CHECKING:  # Spark is imported by the steps that run it, not when the code location loads
+    from pyspark.sql import DataFrame
+
+    from jobs.features.bronze import Landing
 
 GROUP = "features"
 ROW_CONSERVATION = "row_conservation"
@@ -46,13 +40,15 @@ class LandingConfig(dg.Config):
 
 def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource,
           table: str, ds: date | None = None) -> dg.MaterializeResult:
+    from jobs.features.build import land_bronze, landing_policy
+
     cfg = lake.config
     policy = landing_policy(cfg, config.allow_row_drop, config.allow_missing_columns)
     landing = land_bronze(spark.session(), cfg, lake.paths, table, ds, policy, holder=f"dagster run {context.run_id}")
     return _landing_result(spark, lake, table, landing)
 
 
-def _conservation(table: str, landing: Landing) -> dg.AssetCheckResult:
+def _conservation(table: str, landing: "Landing") -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=ROW_CONSERVATION, asset_key=key(table), passed=landing.conserved,
         description=f"rows in {landing.rows_in} = accepted {landing.accepted} + rejected {landing.rejected}",
@@ -61,13 +57,16 @@ def _conservation(table: str, landing: Landing) -> dg.AssetCheckResult:
     )
 
 
-def _landing_result(spark: SparkResource, lake: LakeResource, table: str, landing: Landing) -> dg.MaterializeResult:
+def _landing_result(spark: SparkResource, lake: LakeResource, table: str,
+                    landing: "Landing") -> dg.MaterializeResult:
     metadata = table_metadata(spark.session(), lake, table, landing.accepted)
     return dg.MaterializeResult(metadata={**metadata, "rejected_rows": landing.rejected},
                                 check_results=[_conservation(table, landing)])
 
 
-def _sequence_check(table: str, df: DataFrame, max_seq_len: int, as_of: str | None) -> dg.AssetCheckResult:
+def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | None) -> dg.AssetCheckResult:
+    from jobs.features.quality import sequence_stats
+
     stats = sequence_stats(df, max_seq_len, as_of)
     return dg.AssetCheckResult(
         check_name=POINT_IN_TIME, asset_key=key(table), passed=stats.point_in_time,
@@ -79,7 +78,9 @@ def _sequence_check(table: str, df: DataFrame, max_seq_len: int, as_of: str | No
     )
 
 
-def _label_check(df: DataFrame, cfg: GemConfig) -> dg.AssetCheckResult:
+def _label_check(df: "DataFrame", cfg: GemConfig) -> dg.AssetCheckResult:
+    from jobs.features.quality import label_rates, null_rates
+
     rates = label_rates(df)
     bounds, min_rows = cfg.data.click_rate_bounds, cfg.data.label_check_min_rows
     out_of_bounds = [r.surface for r in rates if not r.within(bounds, min_rows)]
@@ -97,7 +98,9 @@ def _label_check(df: DataFrame, cfg: GemConfig) -> dg.AssetCheckResult:
     )
 
 
-def _partition(df: DataFrame, ds: date) -> DataFrame:
+def _partition(df: "DataFrame", ds: date) -> "DataFrame":
+    from pyspark.sql import functions as F
+
     return df.where(F.col("ds") == F.lit(ds))
 
 
@@ -142,6 +145,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("silver.users"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
     def silver_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable user attributes with their embedding rows (`<feature>_idx`)."""
+        from jobs.features.build import build_silver
+
         s = spark.session()
         rows = build_silver(s, lake.config, lake.paths, "silver.users")
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.users", rows))
@@ -149,6 +154,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("silver.ads"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
     def silver_ads(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable ad attributes with their embedding rows (`<feature>_idx`)."""
+        from jobs.features.build import build_silver
+
         s = spark.session()
         rows = build_silver(s, lake.config, lake.paths, "silver.ads")
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ads", rows))
@@ -161,6 +168,9 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
                        lake: LakeResource) -> dg.MaterializeResult:
         """Each active user's behaviour sequence as of the end of the day, most recent first."""
+        from jobs.features.build import build_user_sequences
+        from jobs.lake import read_table
+
         s, ds, spec = spark.session(), partition_date(context), lake.config.features
         rows = build_user_sequences(s, lake.config, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.user_sequences")), ds)
@@ -181,6 +191,9 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,
                           lake: LakeResource) -> dg.MaterializeResult:
         """Impressions of the day with user/ad features and the sequence strictly before each one."""
+        from jobs.features.build import build_training_examples
+        from jobs.lake import read_table
+
         s, ds, cfg = spark.session(), partition_date(context), lake.config
         rows = build_training_examples(s, cfg, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.training_examples")), ds).cache()

@@ -15,12 +15,10 @@ from datetime import date, datetime
 from pathlib import Path
 
 import dagster as dg
-import duckdb
 
 from dagster_project.defs.lake_tables import key
 from dagster_project.resources.lake import LakeResource
 from gem_model.paths import GemPaths
-from jobs.lake_sql import LakeSQL, LakeSQLError, referenced_tables
 
 GROUP = "reports"
 SQL_PACK = dg.AssetKey(["reports", "sql_pack"])
@@ -75,6 +73,10 @@ def _cell(value: object) -> str:
 
 def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: int = PREVIEW_ROWS) -> list[QueryReport]:
     """Run every `*.sql` in `sql_dir` over the lake at `paths`, with each file's own variable defaults."""
+    import duckdb
+
+    from jobs.lake_sql import LakeSQL, LakeSQLError, referenced_tables
+
     files = sorted(sql_dir.glob("*.sql"))
     if not files:
         raise FileNotFoundError(f"no *.sql files in {sql_dir}; the SQL pack lives in the repository's sql/")

@@ -18,9 +18,7 @@ from dagster_project.defs.lake_tables import contract_check, key, table_metadata
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
-from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
-from gem_model.export.checkpoint import read_manifest
-from jobs.lake import replace_partition
+from gem_model.train.manifest import read_manifest
 from jobs.locks import partition_lock
 from jobs.table_contract import CONTRACT
 
@@ -68,6 +66,9 @@ def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
 def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfig, spark: SparkResource,
                    lake: LakeResource, launcher: JobLauncher):
     """Train the students of a teacher version on the days after its window and commit their metrics."""
+    from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
+    from jobs.lake import replace_partition
+
     cfg, paths = lake.config, lake.paths
     version = config.model_version or lake.latest_model_version()
     read_manifest(paths.model_dir(version))  # a missing version fails here, naming the known ones

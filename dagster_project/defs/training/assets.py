@@ -17,9 +17,8 @@ from dagster_project.defs.lake_tables import key
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
-from gem_model.export.checkpoint import read_manifest
+from gem_model.train.manifest import read_manifest
 from gem_model.train.promotion import holdout_check
-from jobs.lake import table_version
 from jobs.locks import partition_lock
 
 GROUP = "training"
@@ -34,6 +33,8 @@ HOLDOUT_CHECK = dg.AssetCheckSpec("holdout_metrics", asset=TEACHER_MODEL, blocki
 def teacher_model(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
                   launcher: JobLauncher) -> dg.MaterializeResult:
     """GEM teacher trained with TorchRec over torchrun workers; checkpoint + manifest per version."""
+    from jobs.lake import table_version
+
     cfg, paths = lake.config, lake.paths
     data = paths.table("gold.training_examples")
     data_version = table_version(spark.session(), data)
