@@ -105,8 +105,7 @@ def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfa
         rows_in = raw.count()
         accepted, rejected = split(raw, table, surfaces, ds)
         accepted = accepted.cache()
-        predicate = {"ds": ds} if ds else None
-        check_row_drop(spark, target, predicate, accepted.count(), policy)
+        check_row_drop(spark, target, {"ds": ds} if ds else None, accepted.count(), policy)
         journal = _journal_path(paths, table, partition)
         previous = read_journal(paths, table, partition)
         entry = {"landing_id": uuid.uuid4().hex, "holder": holder, "state": "started", "rows_in": rows_in,
