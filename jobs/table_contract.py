@@ -35,8 +35,10 @@ CONTRACT: dict[str, TableContract] = {
     "bronze.impressions": TableContract({**_IMPRESSION, "position": "int", "p_click": "double",
                                          "p_convert": "double"}, ("impression_id", "user_id", "ad_id", "ts"),
                                         ("ds",)),
+    # raw_line / source_file / source_line: the row's line in the source file; null for rows not read from one.
     "bronze.rejected_rows": TableContract({"source_table": "string", "source_partition": "string",
-                                           "reason": "string", "record": "string"},
+                                           "reason": "string", "record": "string", "raw_line": "string",
+                                           "source_file": "string", "source_line": "bigint"},
                                           ("source_table", "source_partition", "reason"),
                                           ("source_table", "source_partition")),
     "silver.users": TableContract({"user_id": "bigint", "user_id_idx": "bigint"}, ("user_id",)),

@@ -8,6 +8,7 @@ from pyspark.sql import Row
 from gem_model.config import SURFACES
 from gem_model.paths import GemPaths
 from jobs.features.bronze import land
+from jobs.features.quarantine import split
 from jobs.lake import read_table
 
 pytestmark = pytest.mark.spark
@@ -45,6 +46,8 @@ def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_pa
     assert '"surface":"billboard"' in by_reason["unknown_surface"]["record"]  # the full row is kept
     assert {r["source_table"] for r in rejected} == {"bronze.impressions"}
     assert {r["source_partition"] for r in rejected} == {DS.isoformat()}
+    # rows that were not read from a text file have no source line
+    assert {(r["raw_line"], r["source_file"], r["source_line"]) for r in rejected} == {(None, None, None)}
 
 
 def test_relanding_a_day_replaces_it_and_its_rejections(spark, tmp_path):
@@ -79,3 +82,48 @@ def test_a_lake_holds_one_data_source(tmp_path):
     paths.claim_source("synthetic")
     with pytest.raises(ValueError, match="holds data.source='synthetic', not 'criteo'.*GEM_HOME"):
         paths.claim_source("criteo")
+
+
+LINE_SCHEMA = SCHEMA + ", _line struct<file: string, number: bigint, raw: string, error: string>"
+
+
+def _from_lines(spark, rows):
+    """Impressions read from lines of `f.csv`: (impression_id, line number, raw line, line error, changes)."""
+    ok = dict(ts=datetime(2026, 11, 3, 12), ds=DS, user_id=1, ad_id=2, surface="feed", position=1, clicked=False,
+              converted=False, p_click=None, p_convert=None)
+    return spark.createDataFrame(
+        [Row(impression_id=i, **{**ok, **bad}, _line=Row(file="d/f.csv", number=n, raw=raw, error=error))
+         for i, n, raw, error, bad in rows], LINE_SCHEMA)
+
+
+def test_a_line_error_comes_first_and_its_raw_line_is_kept(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    raw = _from_lines(spark, [
+        ("i-0", 2, "1,a,b", None, {}),
+        ("i-1", 3, "1,a,b,EXTRA", "too_many_fields", {}),
+        ("i-2", 4, "1,a", "too_few_fields", {"user_id": None}),  # the line's reason, not null_user_id
+        ("i-3", 5, "1,a,b", None, {"surface": "billboard"}),
+    ])
+    landing = land(spark, raw, "bronze.impressions", paths, SURFACES, DS)
+    assert (landing.rows_in, landing.accepted, landing.rejected, landing.conserved) == (4, 1, 3, True)
+    accepted = read_table(spark, paths.table("bronze.impressions"))
+    assert "_line" not in accepted.columns and [r["impression_id"] for r in accepted.collect()] == ["i-0"]
+    rejected = {r["reason"]: r for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()}
+    assert {k: (r["raw_line"], r["source_file"], r["source_line"]) for k, r in rejected.items()} == {
+        "too_many_fields": ("1,a,b,EXTRA", "d/f.csv", 3), "too_few_fields": ("1,a", "d/f.csv", 4),
+        "unknown_surface": ("1,a,b", "d/f.csv", 5)}
+    assert '"impression_id":"i-1"' in rejected["too_many_fields"]["record"]
+    assert "_line" not in rejected["too_many_fields"]["record"]
+
+
+def test_the_first_good_copy_of_a_key_is_kept(spark):
+    # The copy on the earliest line wins; a malformed copy never displaces a good one.
+    raw = _from_lines(spark, [
+        ("dup", 9, "late copy", None, {"position": 1}),
+        ("dup", 4, "early copy", None, {"position": 2}),
+        ("dup", 2, "malformed copy", None, {"surface": None}),
+    ])
+    accepted, rejected = split(raw, "bronze.impressions", SURFACES, DS)
+    assert [r["position"] for r in accepted.collect()] == [2]
+    assert sorted((r["reason"], r["source_line"]) for r in rejected.collect()) == [
+        ("duplicate_impression_id", 9), ("null_surface", 2)]

@@ -4,7 +4,9 @@
 contract's columns (`jobs.table_contract`) and the dataset's own features as extra columns:
 users and ads (dimensions, whole), events and impressions (one day at a time). A source never
 filters or repairs rows: malformed ones pass through to `jobs.features.quarantine`, which
-splits them into the bronze table and `bronze.rejected_rows` with a reason.
+splits them into the bronze table and `bronze.rejected_rows` with a reason. Real datasets are
+read strictly, line by line (`jobs.sources.lines`): a line that does not parse reaches the
+quarantine with its own reason and raw line, and nothing else is derived from it.
 """
 
 from __future__ import annotations

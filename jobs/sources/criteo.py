@@ -7,28 +7,36 @@ field of each chain, C3 for the ad (1,183 values in the samples) and C15 for the
 both repeat and each dimension row's fields are consistent; a row with C3 empty has no ad id
 (the quarantine rejects it). Order: fun-rec's rows by Kaggle `Id` (the Kaggle train file is in
 time order, and these rows are its start), then DeepCTR's in file order. No surface: `feed`.
+Lines are read strictly (`jobs.sources.lines`): a fun-rec line repeating an earlier `Id` is a
+`duplicate_id`, a DeepCTR line (no id) repeating an earlier line a `duplicate_line`.
 """
 
 from __future__ import annotations
 
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.config import GemConfig
-from jobs.sources.timeline import click_events, derived_id, numbered_csv_rows, spread_over_days
+from jobs.features.quarantine import LINE_COLUMN
+from jobs.sources.lines import Field, TextFile, parsed, read_text_files
+from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 FOLDER = "criteo_kaggle_dac"
 INTEGER = tuple(f"i{i}" for i in range(1, 14))
 CATEGORICAL = tuple(f"c{i}" for i in range(1, 27))
 # Integer features are written as "260.0" in one file, so they are read as doubles and cast back.
-_FEATURES = [*[f"{c} double" for c in INTEGER], *[f"{c} string" for c in CATEGORICAL]]
-FILES = {  # file -> schema; fun-rec first: see the module docstring
-    "funrec_kaggle_train.csv": ", ".join(["id bigint", "label int", *_FEATURES]),
-    "deepctr_criteo_sample.csv": ", ".join(["label int", *_FEATURES]),
-}
+_FEATURES = (*[Field(c, "double") for c in INTEGER], *[Field(c, "string") for c in CATEGORICAL])
+_HEADER = (*[c.upper() for c in INTEGER], *[c.upper() for c in CATEGORICAL])
+FILES = (  # fun-rec first: see the module docstring
+    TextFile("funrec_kaggle_train.csv", (Field("id", "bigint"), Field("label", "int"), *_FEATURES),
+             header=("Id", "Label", *_HEADER), labels=("label",), key=("id",)),
+    TextFile("deepctr_criteo_sample.csv", (Field("label", "int"), *_FEATURES), header=("label", *_HEADER),
+             labels=("label",)),
+)
 USER_FIELDS = ("c15", "c2", "c14", "c18")
 AD_FIELDS = ("c3", "c4", "c12", "c16", "c21", "c24")
 SURFACE = "feed"
@@ -40,20 +48,23 @@ class Source:
     def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path) -> None:
         self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
 
+    @cached_property
     def _rows(self) -> DataFrame:
-        rows = numbered_csv_rows(self.spark, self.folder, "criteo", FILES)
+        rows = read_text_files(self.spark, self.folder, "criteo", FILES)
         return rows.select("*", derived_id(F.col("c15")).alias("user_id"), derived_id(F.col("c3")).alias("ad_id"))
+
+    @cached_property
+    def _laid_out(self) -> DataFrame:
+        return spread_over_days(self._rows, [F.col("_file"), F.col("id"), F.col("_row")], self.world)
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with Kaggle `id`, I1..I13 and C1..C26 as extras."""
-        order = [F.col("_file"), F.col("id"), F.col("_row")]
-        rows = spread_over_days(self._rows(), order, self.world)
-        return rows.where(F.col("ds") == F.lit(ds)).select(
+        return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
             "impression_id", "ts", "ds", "user_id", "ad_id", F.lit(SURFACE).alias("surface"),
             F.lit(None).cast("int").alias("position"), (F.col("label") == 1).alias("clicked"),
             F.lit(False).alias("converted"), F.lit(None).cast("double").alias("p_click"),
             F.lit(None).cast("double").alias("p_convert"), "id",
-            *[F.col(c).try_cast("bigint").alias(c) for c in INTEGER], *CATEGORICAL,
+            *[F.col(c).try_cast("bigint").alias(c) for c in INTEGER], *CATEGORICAL, LINE_COLUMN,
         )
 
     def events(self, ds: date) -> DataFrame:
@@ -73,6 +84,6 @@ class Source:
         )
 
     def _first(self, key: str, fields: tuple[str, ...]) -> DataFrame:
-        """Per `key`, `fields` (as struct `f`) from its earliest row in layout order."""
-        return self._rows().groupBy(key).agg(
+        """Per `key`, `fields` (as struct `f`) from its earliest parsed row in layout order."""
+        return self._rows.where(parsed()).groupBy(key).agg(
             F.min_by(F.struct(*fields), F.struct("_file", "id", "_row")).alias("f"))

@@ -7,27 +7,28 @@ left out: 200 rows without behaviour types, 87 of their test rows repeat train r
 raw pid strings cannot be matched to DMR's 0/1 slot code. DMR rows carry no timestamp, so they
 are laid out in file order, train file first, so the test file fills the last (holdout) days.
 
-The 267 columns are read as text and split by the layout below (SOURCE.md, schema A) rather than
-as a 267-field CSV schema: the history becomes one array column right at the scan, which halves
-the time Spark spends planning and running each day (measured on the 2-core dev machine).
+The 267 columns are read strictly (`jobs.sources.lines`) by the layout below (SOURCE.md, schema
+A): each block of 50 history values becomes one array column right at the parse, which keeps the
+plans small. The format has no row id: a line repeating an earlier line of either file is a
+`duplicate_line` (the train file repeats each of its 14 distinct positive lines 15 times).
 Mappings: docs/datasets.md.
 """
 
 from __future__ import annotations
 
 from datetime import date
-from functools import reduce
+from functools import cached_property
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from gem_model.config import GemConfig
+from jobs.features.quarantine import LINE_COLUMN
+from jobs.sources.lines import Field, TextFile, parsed, read_text_files
 from jobs.sources.timeline import click_events, spread_over_days
 
 FOLDER = "taobao_ad_display_click"
-FILES = ("dmr_alimama_sampled_train.txt", "dmr_alimama_sampled_test.txt")
 SEQ_LEN = 50
 USER_FIELDS = ("cms_segid", "cms_group_id", "final_gender_code", "age_level", "pvalue_level", "shopping_level",
                "occupation", "new_user_class_level")
@@ -40,6 +41,11 @@ BTAG_ACTION = {1: "pv", 2: "cart", 3: "fav", 4: "buy"}
 SCALARS = [("uid", "bigint"), *[(c, "int") for c in USER_FIELDS], ("mid", "bigint"), ("cate_id", "bigint"),
            ("campaign_id", "bigint"), ("customer", "bigint"), ("brand", "bigint"), ("price", "double"),
            ("pid", "int"), ("target", "int")]
+FIELDS = (Field("his_btag", "int", SEQ_LEN), Field("his_cate", "bigint", SEQ_LEN),
+          Field("his_brand", "bigint", SEQ_LEN), Field("his_mask", "int", SEQ_LEN), Field("match_mask", "int", SEQ_LEN),
+          *[Field(name, kind) for name, kind in SCALARS])
+FILES = tuple(TextFile(name, FIELDS, header=None, labels=("target",))
+              for name in ("dmr_alimama_sampled_train.txt", "dmr_alimama_sampled_test.txt"))
 
 
 def _lookup(mapping: dict[int, str], key: Column) -> Column:
@@ -53,31 +59,19 @@ class Source:
     def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path) -> None:
         self.spark, self.world, self.folder = spark, cfg.world, root / FOLDER
 
+    @cached_property
     def _rows(self) -> DataFrame:
-        """Both files' rows: the scalar fields, `history` (array of btag, item_id = category, brand, mask;
-        oldest first), `_file` (place in FILES), `_row` (0-based line in the file) and `impression_id`.
+        """Both files' lines: the scalar fields, `history` (array of btag, item_id = category, brand, mask;
+        oldest first), `_file` (place in FILES), `_row` (0-based line in the file), `impression_id`, `_line`."""
+        rows = read_text_files(self.spark, self.folder, "taobao", FILES)
+        history = F.arrays_zip(F.col("his_btag").alias("btag"), F.col("his_cate").alias("item_id"),
+                               F.col("his_brand").alias("brand"), F.col("his_mask").alias("mask"))
+        return rows.select(*[name for name, _ in SCALARS], history.alias("history"), "_file", "_row",
+                           "impression_id", LINE_COLUMN)
 
-        A value that does not parse is null, as a CSV read would make it. Scan partitions keep a
-        file's lines in order, so the monotonic id numbers them.
-        """
-        def seq(start: int, kind: str) -> Column:
-            return F.transform(F.slice("_parts", start + 1, SEQ_LEN), lambda x: x.try_cast(kind))
-
-        history = F.arrays_zip(seq(0, "int").alias("btag"), seq(SEQ_LEN, "bigint").alias("item_id"),
-                               seq(2 * SEQ_LEN, "bigint").alias("brand"), seq(3 * SEQ_LEN, "int").alias("mask"))
-        fields = [F.try_element_at("_parts", F.lit(5 * SEQ_LEN + 1 + i)).try_cast(kind).alias(name)
-                  for i, (name, kind) in enumerate(SCALARS)]
-        files = [self.spark.read.text(str(self.folder / name))
-                 .select(F.split("value", ",").alias("_parts"), F.lit(i).alias("_file"),
-                         F.lit(f"taobao-{Path(name).stem}-").alias("_prefix"))
-                 for i, name in enumerate(FILES)]
-        row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
-        rows = reduce(DataFrame.unionByName, files).select("*", row.alias("_row"))
-        return rows.select(*fields, history.alias("history"), "_file", "_row",
-                           F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"))
-
+    @cached_property
     def _laid_out(self) -> DataFrame:
-        return spread_over_days(self._rows(), [F.col("_file"), F.col("_row")], self.world)
+        return spread_over_days(self._rows, [F.col("_file"), F.col("_row")], self.world)
 
     @staticmethod
     def _impressions(rows: DataFrame) -> DataFrame:
@@ -86,12 +80,12 @@ class Source:
             _lookup(PID_SURFACE, F.col("pid")).alias("surface"), F.lit(None).cast("int").alias("position"),
             (F.col("target") == 1).alias("clicked"), F.lit(False).alias("converted"),
             F.lit(None).cast("double").alias("p_click"), F.lit(None).cast("double").alias("p_convert"),
-            F.col("pid").cast("string").alias("source_surface"),
+            F.col("pid").cast("string").alias("source_surface"), LINE_COLUMN,
         )
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`: click label only (the dataset has no conversions)."""
-        return self._impressions(self._laid_out().where(F.col("ds") == F.lit(ds)))
+        return self._impressions(self._laid_out.where(F.col("ds") == F.lit(ds)))
 
     def events(self, ds: date) -> DataFrame:
         """Behaviour events of day `ds`: each row's history just before it, plus clicks.
@@ -100,12 +94,12 @@ class Source:
         impression at ts is placed at ts - k seconds, so it precedes its impression but follows
         the previous one. Its item is the behaviour's category (the data has no item ids), so
         `item_id` is a category for pv/cart/fav/buy and an ad id for `click`. Extras: `btag`,
-        `brand` and the source `impression_id` (null on clicks).
+        `brand` and the source `impression_id` (null on clicks). Only lines that parsed have events.
         """
-        rows = self._laid_out()
+        rows = self._laid_out
         # Only rows from ds up to SEQ_LEN seconds into the next day can have history on ds.
         reach = F.to_date(F.col("ts") - F.make_interval(secs=F.lit(SEQ_LEN))) <= F.lit(ds)
-        near = rows.where((F.col("ds") >= F.lit(ds)) & reach)
+        near = rows.where((F.col("ds") >= F.lit(ds)) & reach & parsed())
         steps = near.select("impression_id", "uid", "pid", "ts", F.posexplode("history").alias("j", "step"))
         history = steps.select("impression_id", "uid", "pid", "ts", (F.lit(SEQ_LEN) - F.col("j")).alias("k"),
                                "step.*").where(F.col("mask") == 1)
@@ -122,8 +116,8 @@ class Source:
         return sequence.unionByName(clicks)
 
     def users(self) -> DataFrame:
-        """bronze.users: the profile of each uid from its earliest row; `age_bucket` is age_level."""
-        first = self._rows().groupBy(F.col("uid").alias("user_id")).agg(
+        """bronze.users: the profile of each uid from its earliest parsed row; `age_bucket` is age_level."""
+        first = self._rows.where(parsed()).groupBy(F.col("uid").alias("user_id")).agg(
             F.min_by(F.struct(*USER_FIELDS), F.struct("_file", "_row")).alias("u"))
         return first.select(
             "user_id", F.col("u.age_level").cast("string").alias("age_bucket"),
@@ -132,8 +126,8 @@ class Source:
         )
 
     def ads(self) -> DataFrame:
-        """bronze.ads: adgroup (mid) with advertiser = customer, category = cate_id, from its earliest row."""
-        first = self._rows().groupBy(F.col("mid").alias("ad_id")).agg(F.min_by(
+        """bronze.ads: adgroup (mid) with advertiser = customer, category = cate_id, from its earliest parsed row."""
+        first = self._rows.where(parsed()).groupBy(F.col("mid").alias("ad_id")).agg(F.min_by(
             F.struct("customer", "cate_id", "campaign_id", "brand", "price"), F.struct("_file", "_row")).alias("a"))
         return first.select(
             "ad_id", F.col("a.customer").alias("advertiser_id"), F.col("a.cate_id").alias("category"),

@@ -1,4 +1,4 @@
-"""Shared pieces of the real-dataset adapters: numbered rows, derived ids, the calendar layout, clicks as events.
+"""Shared pieces of the real-dataset adapters: derived ids, the calendar layout, clicks as events.
 
 Public samples have no usable timestamps (or ones years ago), so an adapter orders its rows
 (by the dataset's own time where it has one, else by file order) and spreads them evenly over
@@ -9,13 +9,13 @@ impression an hour into the first day so that history placed just before it stay
 from __future__ import annotations
 
 from functools import reduce
-from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from gem_model.config import WorldConfig
+from jobs.features.quarantine import LINE_COLUMN
 
 LEAD_SECONDS = 3600
 
@@ -41,9 +41,13 @@ def click_events(impressions: DataFrame) -> DataFrame:
     """Behaviour events from clicked impressions (item = the ad), at the impression's own time.
 
     An event at the impression's timestamp is not history for that impression (sequences are
-    strictly before), but is for every later one of the user.
+    strictly before), but is for every later one of the user. Only impressions whose source line
+    parsed click (`jobs.sources.lines`): a garbled or repeated line is rejected once, as an impression.
     """
-    return impressions.where(F.col("clicked")).select(
+    clicked = F.col("clicked")
+    if LINE_COLUMN in impressions.columns:
+        clicked = clicked & F.col(f"{LINE_COLUMN}.error").isNull()
+    return impressions.where(clicked).select(
         "user_id", F.col("ad_id").alias("item_id"), F.lit("click").alias("action"), "surface", "ts", "ds"
     )
 
@@ -52,19 +56,3 @@ def derived_id(*fields: Column) -> Column:
     """A stable id in [1, 2^62] for datasets without one; null when any field is empty (identity unknown)."""
     known = reduce(lambda a, b: a & b, [f.isNotNull() for f in fields])
     return F.when(known, F.pmod(F.xxhash64(*fields), F.lit(2**62)) + 1)
-
-
-def numbered_csv_rows(spark: SparkSession, folder: Path, source: str, schemas: dict[str, str]) -> DataFrame:
-    """The rows of every CSV file (name -> schema, in order) with `_file` (its place), `_row` (0-based
-    data row in the file) and `impression_id` = `<source>-<file stem>-<_row>`.
-
-    Scan partitions keep a file's lines in order, so the monotonic id numbers them; files whose
-    schemas differ are united by name, missing columns null.
-    """
-    files = [spark.read.csv(str(folder / name), schema=schema, header=True)
-             .select("*", F.lit(i).alias("_file"), F.lit(f"{source}-{Path(name).stem}-").alias("_prefix"))
-             for i, (name, schema) in enumerate(schemas.items())]
-    row = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id())) - 1
-    rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), files).select("*", row.alias("_row"))
-    return rows.select(*[c for c in rows.columns if c != "_prefix"],
-                       F.concat("_prefix", F.col("_row").cast("string")).alias("impression_id"))
