@@ -101,6 +101,18 @@ def test_single_node_pytorchjob_has_no_workers_and_nproc_defaults_to_the_assets(
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
 
+def test_a_single_process_job_runs_once_on_one_node_whatever_the_launchers_nodes(tmp_path):
+    job = k8s_launcher(nnodes=3, nproc_per_node=8).single_process().render("jobs/train_student.py", ["--x"], nproc=1,
+                                                                           run_id=RUN_ID)
+    assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
+    assert "--nnodes=1" in container["command"] and "--nproc-per-node=1" in container["command"]
+    script = SlurmTorchrunLauncher(gem_home=str(tmp_path), nnodes=4, nproc_per_node=8).single_process().render(
+        "jobs/train_student.py", ["--x"], nproc=1, run_id=RUN_ID)
+    assert "#SBATCH --nodes=1" in script and "--nproc-per-node=1" in script
+    assert LocalTorchrunLauncher().single_process() == LocalTorchrunLauncher()
+
+
 def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous():
     manifest = k8s_launcher(kind="IndexedJob", nnodes=4, gpus=2, nproc_per_node=2, rdzv_port=29500).render(
         "jobs/train.py", TRAIN_ARGS, nproc=1, run_id=RUN_ID)

@@ -50,6 +50,13 @@ class JobLauncher(dg.ConfigurableResource):
                nproc: int) -> dg.PipesClientCompletedInvocation:
         raise NotImplementedError
 
+    def single_process(self) -> "JobLauncher":
+        """This launcher for a job that must run exactly once (one node, one process: the students), whatever
+        `nnodes` and `nproc_per_node` it is configured with for the distributed jobs."""
+        fields = type(self).model_fields
+        updates = {k: v for k, v in {"nnodes": 1, "nproc_per_node": None}.items() if k in fields}
+        return self.model_copy(update=updates) if updates else self
+
 
 class LocalTorchrunLauncher(JobLauncher):
     """torchrun with `nproc` worker processes on this host (gloo on CPU, nccl on GPU)."""

@@ -1,8 +1,8 @@
 """Student assets: per-surface students distilled from one teacher version, and their metrics table.
 
 `student_models` runs `jobs/train_student.py` in a separate process through the launcher
-(Dagster Pipes, one process) on the days after the teacher's training window, reading that
-version's exported logits and embeddings; then `gold.student_metrics` gets the manifest's
+(Dagster Pipes; one process on one node, whatever the launcher's `nnodes`) on the days after
+the teacher's training window, reading that version's exported logits and embeddings; then `gold.student_metrics` gets the manifest's
 metrics, replacing exactly the (model_version, student_version) partition, so a re-run never
 duplicates rows. The student version is named by the teacher version, the student config and
 the calendar: re-materialising unchanged inputs rewrites the same version; one run trains a
@@ -80,9 +80,9 @@ def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfi
         try:
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
-            launcher.launch(context, "jobs/train_student.py",
-                            ["--model-version", version, "--config", str(config_file), "--out", str(directory)],
-                            nproc=1)
+            launcher.single_process().launch(
+                context, "jobs/train_student.py",
+                ["--model-version", version, "--config", str(config_file), "--out", str(directory)], nproc=1)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         manifest = read_student_manifest(directory)
