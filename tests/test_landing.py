@@ -5,7 +5,7 @@ from datetime import date, datetime
 import pytest
 from pyspark.sql import Row
 
-from gem_model.config import SURFACES
+from gem_model.config import SURFACES, GemConfig
 from gem_model.paths import GemPaths
 from jobs.features import bronze
 from jobs.features.bronze import IncompleteLandingError, land, read_journal, require_landed
@@ -118,3 +118,32 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
     table = read_table(spark, paths.table("bronze.impressions"))
     assert "promo" not in table.columns and table.count() == 8
     assert land(spark, _impressions(spark, 5, NEXT), "bronze.impressions", paths, SURFACES, NEXT).accepted == 5
+
+
+def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_path):
+    """The observed case: a real source's files truncated to their headers, landed again over good data."""
+    from jobs.features.build import land_bronze
+    from jobs.sources import data_dir
+    from jobs.sources.criteo import FILES, FOLDER
+
+    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1},
+                               "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}})
+    real = data_dir(GemConfig.from_dict({"data": {"source": "criteo"}})) / FOLDER
+    if not real.is_dir():
+        pytest.skip(f"{real} is absent")
+    copy = tmp_path / "data" / FOLDER
+    copy.mkdir(parents=True)
+    names = [f.name for f in FILES]
+    for name in names:  # the header and 30 lines of each file
+        copy.joinpath(name).write_bytes(b"".join(real.joinpath(name).open("rb").readlines()[:31]))
+    paths = GemPaths(tmp_path / "gem")
+    first = {t: land_bronze(spark, cfg, paths, t) for t in ("bronze.users", "bronze.ads")}
+    assert all(landing.accepted > 0 for landing in first.values())
+    versions = {t: table_version(spark, paths.table(t)) for t in first}
+    for name in names:  # the next delivery: header-only files
+        copy.joinpath(name).write_bytes(real.joinpath(name).open("rb").readline())
+    for table, landing in first.items():
+        with pytest.raises(RowDropError, match=rf"{table}: the new rows \(0\) would replace {landing.accepted} rows"):
+            land_bronze(spark, cfg, paths, table)
+        assert table_version(spark, paths.table(table)) == versions[table]
+        assert read_table(spark, paths.table(table)).count() == landing.accepted
