@@ -4,7 +4,15 @@ Definitions are built by `build_definitions`, called when Dagster loads the loca
 import time: the lake root and preset come from the environment (GEM_HOME, GEM_PRESET,
 GEM_CONFIG), the launcher from GEM_LAUNCHER and GEM_LAUNCHER_CONFIG, or all from the caller
 (tests pass their own resources).
+
+Runs execute in process by default (`GEM_DAGSTER_EXECUTOR=in_process`): a run's steps share one
+process and so one Spark session, where the multiprocess executor would start a Python process,
+its imports and a Spark JVM per step, for no parallelism on one machine (Spark and torchrun
+already use every core). `GEM_DAGSTER_EXECUTOR=multiprocess` restores Dagster's default;
+docs/ENVIRONMENT.md says how a cluster deployment runs steps elsewhere.
 """
+
+import os
 
 import dagster as dg
 
@@ -20,6 +28,16 @@ from dagster_project.resources.launchers import JobLauncher, launcher_from_env
 from dagster_project.resources.spark import SparkResource
 
 
+EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
+
+
+def executor_from_env() -> dg.ExecutorDefinition:
+    name = os.environ.get("GEM_DAGSTER_EXECUTOR", "in_process")
+    if name not in EXECUTORS:
+        raise ValueError(f"GEM_DAGSTER_EXECUTOR={name!r} is not one of {sorted(EXECUTORS)}; unset it for in_process")
+    return EXECUTORS[name]
+
+
 def build_definitions(lake: LakeResource | None = None, spark: SparkResource | None = None,
                       launcher: JobLauncher | None = None) -> dg.Definitions:
     lake = lake or LakeResource.from_env()
@@ -33,6 +51,7 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
         jobs=jobs,
         schedules=build_schedules(by_name),
         sensors=build_sensors(by_name, cfg),
+        executor=executor_from_env(),
         resources={"lake": lake, "spark": spark or SparkResource(),
                    "launcher": launcher or launcher_from_env(lake.home)},
     )

@@ -1,17 +1,20 @@
 """Run the whole asset graph once, in order, on the embedded defaults, and summarise it.
 
 Used by `gem demo` (and `make demo`): dimensions, then every day's features, the teacher model,
-the export of the holdout days, the students distilled on them, and the SQL reports. Runs go to the Dagster
-instance under $GEM_HOME/dagster (or $DAGSTER_HOME), so they are visible afterwards in the UI
-(`make ui`).
+the export of the holdout days, the students distilled on them, and the SQL reports. Each job is a
+run of the code location, launched as the UI launches one (`CodeLocationRuns`), in the Dagster
+instance under $GEM_HOME/dagster (or $DAGSTER_HOME), so afterwards the UI (`make ui`) shows every
+run on its job's page and timeline and can re-execute it. Tests run the same sequence in process
+(`in_process`).
 """
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.definitions import build_definitions
+from dagster_project.code_location_runs import CodeLocationRuns
 from dagster_project.resources.lake import LakeResource
 from dagster_project.run_monitoring import ensure_instance_config, fail_dead_runs, worker_tags
 from gem_model.distill.artefact import read_student_manifest, student_version
@@ -32,33 +35,43 @@ def instance_for(lake: LakeResource) -> dg.DagsterInstance:
     return instance
 
 
-def run_pipeline(lake: LakeResource, instance: dg.DagsterInstance | None = None,
-                 defs: dg.Definitions | None = None) -> None:
-    """Materialise every asset: dimensions, feature days, the teacher, the holdout export, students, reports."""
-    defs = defs or build_definitions(lake=lake)
-    instance = instance or instance_for(lake)
-    cfg = lake.config
+JobRunner = Callable[[str, str | None], object]  # (job, partition) -> run; raises if the run failed
 
-    def run(job: str, partition: str | None = None) -> None:
+
+def in_process(defs: dg.Definitions, instance: dg.DagsterInstance) -> JobRunner:
+    """Run jobs of `defs` in this process (tests: their own resources, no code server)."""
+
+    def run(job: str, partition: str | None = None) -> dg.ExecuteInProcessResult:
         result = defs.resolve_job_def(job).execute_in_process(instance=instance, partition_key=partition,
                                                               tags=worker_tags())
         if not result.success:
             raise RuntimeError(f"{job} failed for partition {partition}")
+        return result
+
+    return run
+
+
+def run_pipeline(lake: LakeResource, run: JobRunner) -> None:
+    """Materialise every asset: dimensions, feature days, the teacher, the holdout export, students, reports."""
+    cfg = lake.config
+
+    def step(job: str, partition: str | None = None) -> None:
+        run(job, partition)
         print(f"ok  {job}{f' [{partition}]' if partition else ''}", flush=True)
 
-    run("build_dimensions_job")
+    step("build_dimensions_job")
     for day in cfg.world.days:
-        run("build_features_job", day.isoformat())
-    run("train_teacher_job")
+        step("build_features_job", day.isoformat())
+    step("train_teacher_job")
     for day in cfg.world.days:
         if day >= cfg.world.holdout_start:
-            run("export_job", day.isoformat())
+            step("export_job", day.isoformat())
     if has_student_days(cfg):
-        run("train_students_job")
+        step("train_students_job")
     else:
         print(f"skip train_students_job: world.holdout_days={cfg.world.holdout_days} leaves no day before the "
               f"student.eval_days={cfg.student.eval_days} evaluation day(s)", flush=True)
-    run("build_reports_job")
+    step("build_reports_job")
 
 
 def summary(lake: LakeResource) -> str:
@@ -120,5 +133,6 @@ def student_summary(lake: LakeResource, version: str) -> list[str]:
 def main() -> None:
     lake = LakeResource.from_env()
     print(f"GEM demo: preset {lake.preset}, GEM_HOME={Path(lake.home)}", flush=True)
-    run_pipeline(lake)
+    with CodeLocationRuns(instance_for(lake)) as runs:
+        run_pipeline(lake, runs.run)
     print(summary(lake))

@@ -5,10 +5,10 @@ launcher whether each STARTED run's worker is alive; Dagster's `DefaultRunLaunch
 so the instance (`dagster.yaml`, written into DAGSTER_HOME by `ensure_instance_config`) uses
 `PidCheckingRunLauncher`: the same launcher, plus a health check that finds the run's worker
 process and reports `FAILED` once it is gone. The worker is named by the pid Dagster's run worker
-logs at start ("Started process for run (pid: N)"), or, for runs executed in-process by `gem` and
-the demo, by the `gem/pid` and `gem/host` tags (`worker_tags`). Without the daemon, the next
-`gem demo` / `gem export` marks the dead runs failed when it opens the instance (`fail_dead_runs`),
-through Dagster's own monitoring code.
+logs at start ("Started process for run (pid: N)": runs launched from the UI, `gem demo` and
+`gem export`), or, for runs executed in process (tests, scripts), by the `gem/pid` and `gem/host`
+tags (`worker_tags`). Without the daemon, the next `gem demo` / `gem export` marks the dead runs
+failed when it opens the instance (`fail_dead_runs`), through Dagster's own monitoring code.
 """
 
 from __future__ import annotations

@@ -124,23 +124,21 @@ def drop_columns(table: str, columns: list[str]) -> None:
 
 
 def export(ds: str, model_version: str | None) -> None:
-    """Materialise one day's export assets in process, recorded in the Dagster instance like a UI run."""
-    from dagster_project.definitions import build_definitions
+    """Run one day's export_job as a run of the code location, as the UI would launch it."""
+    from dagster_project.code_location_runs import CodeLocationRuns, RunFailedError
     from dagster_project.defs.export.assets import EXPORT_OPS
     from dagster_project.demo import instance_for
     from dagster_project.resources.lake import LakeResource
-    from dagster_project.run_monitoring import worker_tags
 
     lake = LakeResource.from_env()
     version = model_version or lake.latest_model_version()
-    result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
-        instance=instance_for(lake), partition_key=ds, raise_on_error=False, tags=worker_tags(),
-        run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
-    if not result.success:
-        failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
-        raise SystemExit(f"gem export: failed for ds={ds}, model {version}: "
-                         + "; ".join(str(f.cause or f).strip().splitlines()[0] for f in failures if f))
-    print(f"exported ds={ds} with model {version} (run {result.run_id})")
+    run_config = {"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}}
+    try:
+        with CodeLocationRuns(instance_for(lake)) as runs:
+            run = runs.run("export_job", ds, run_config)
+    except RunFailedError as error:
+        raise SystemExit(f"gem export: failed for ds={ds}, model {version}: {error}") from None
+    print(f"exported ds={ds} with model {version} (run {run.run_id})")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,7 +31,7 @@ def gem_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def pipeline(tmp_path_factory, spark):
     """(lake, defs, instance) after materialising the whole asset graph once into a temporary GEM_HOME."""
     from dagster_project.definitions import build_definitions
-    from dagster_project.demo import instance_for, run_pipeline
+    from dagster_project.demo import in_process, instance_for, run_pipeline
     from dagster_project.resources.lake import LakeResource
 
     root = tmp_path_factory.mktemp("e2e")
@@ -42,6 +42,6 @@ def pipeline(tmp_path_factory, spark):
     mp.setenv("DAGSTER_HOME", str(root / "dagster"))
     defs = build_definitions(lake=lake)
     instance = instance_for(lake)
-    run_pipeline(lake, instance=instance, defs=defs)
+    run_pipeline(lake, in_process(defs, instance))
     yield lake, defs, instance
     mp.undo()

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_project.definitions import build_definitions
-from dagster_project.demo import instance_for, run_pipeline
+from dagster_project.demo import in_process, instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
 from gem_model.config import DATA_SOURCES, GemConfig
 from jobs.lake import read_table
@@ -40,7 +40,7 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     monkeypatch.setenv("GEM_HOME", lake.home)
     monkeypatch.setenv("DAGSTER_HOME", str(lake.paths.dagster_home))  # restored after the test
     instance = instance_for(lake)
-    run_pipeline(lake, instance=instance, defs=build_definitions(lake=lake))
+    run_pipeline(lake, in_process(build_definitions(lake=lake), instance))
     cfg = lake.config
 
     raw = build_source(spark, cfg)

@@ -5,6 +5,7 @@ from datetime import date
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
@@ -26,6 +27,16 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
     assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
     assert len(list(graph.asset_check_keys)) >= 12
+
+
+def test_runs_execute_in_process_unless_the_environment_asks_otherwise(tmp_path, monkeypatch):
+    lake = LakeResource(home=str(tmp_path))
+    assert build_definitions(lake=lake).resolve_job_def("build_features_job").executor_def.name == "in_process"
+    monkeypatch.setenv("GEM_DAGSTER_EXECUTOR", "multiprocess")
+    assert build_definitions(lake=lake).resolve_job_def("export_job").executor_def.name == "multiprocess"
+    monkeypatch.setenv("GEM_DAGSTER_EXECUTOR", "celery")
+    with pytest.raises(ValueError, match="GEM_DAGSTER_EXECUTOR='celery' is not one of"):
+        build_definitions(lake=lake)
 
 
 def test_the_code_location_loads_without_torch_faiss_or_spark(tmp_path):
