@@ -27,7 +27,6 @@ from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher, launcher_from_env
 from dagster_project.resources.spark import SparkResource
 
-
 EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
 
 

@@ -26,8 +26,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import date
+from functools import reduce
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from delta.exceptions.base import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -39,6 +42,7 @@ from delta.exceptions.base import (
     ProtocolChangedException,
 )
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as LogReader
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -123,20 +127,23 @@ def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy
     return df, bool(set(new) - set(current))
 
 
-def _existing_rows(spark: SparkSession, path: Path, predicate: str | None) -> int:
-    if not DeltaTable.isDeltaTable(spark, str(path)):
+def _existing_rows(path: Path, partition: dict[str, object] | None) -> int:
+    """Rows of `partition` (None: the whole table) now in the table, from the Parquet footers of the files
+    the Delta log lists (delta-rs): no Spark job."""
+    if not (path / "_delta_log").is_dir():
         return 0
-    df = spark.read.format("delta").load(str(path))
-    return (df.where(predicate) if predicate else df).count()
+    dataset = LogReader(str(path)).to_pyarrow_dataset()
+    terms = [pc.field(k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
+             for k, v in (partition or {}).items()]
+    return dataset.count_rows(filter=reduce(lambda a, b: a & b, terms) if terms else None)
 
 
-def check_row_drop(spark: SparkSession, path: Path, partition: dict[str, object] | None, rows: int,
-                   policy: WritePolicy) -> None:
+def check_row_drop(path: Path, partition: dict[str, object] | None, rows: int, policy: WritePolicy) -> None:
     """Raise `RowDropError` if writing `rows` rows to `partition` (None: the whole table) breaks the guard."""
     if policy.max_row_drop_fraction is None or policy.allow_row_drop:
         return
     predicate = _predicate(partition) if partition else None
-    existing = _existing_rows(spark, path, predicate)
+    existing = _existing_rows(path, partition)
     if existing and (rows == 0 or rows < existing * (1 - policy.max_row_drop_fraction)):
         where = f" where {predicate}" if predicate else ""
         raise RowDropError(
@@ -171,7 +178,7 @@ def replace_partition(df: DataFrame, path: Path, partition: dict[str, object], p
     rows = df.count()
     with table_commit_lock(path):
         conformed, adds_columns = _conform(spark, df, path, policy, allow_schema_change=False)
-        check_row_drop(spark, path, partition, rows, policy)
+        check_row_drop(path, partition, rows, policy)
         writer = (conformed.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
                   .option("mergeSchema", str(adds_columns).lower()).partitionBy(*partition))
         _commit(writer, path, commit_info)
@@ -187,7 +194,7 @@ def overwrite_table(df: DataFrame, path: Path, allow_schema_change: bool = False
     rows = df.count()
     with table_commit_lock(path):
         conformed, adds_columns = _conform(spark, df, path, policy, allow_schema_change)
-        check_row_drop(spark, path, None, rows, policy)
+        check_row_drop(path, None, rows, policy)
         writer = conformed.write.format("delta").mode("overwrite")
         if allow_schema_change:
             writer = writer.option("overwriteSchema", "true")
@@ -224,8 +231,11 @@ def read_table(spark: SparkSession, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path))
 
 
-def table_version(spark: SparkSession, path: Path) -> int:
-    return int(DeltaTable.forPath(spark, str(path)).history(1).collect()[0]["version"])
+def table_version(path: Path) -> int:
+    """The table's current Delta version, read from its log (delta-rs: no Spark job)."""
+    if not (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
+    return LogReader(str(path)).version()
 
 
 def existing_tables(paths: GemPaths) -> dict[str, Path]:

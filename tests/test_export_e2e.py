@@ -128,10 +128,10 @@ def test_killed_scoring_commits_nothing_and_a_rerun_replaces_the_partition(pipel
     lake, _, instance = pipeline
     version = lake.latest_model_version()
     before = {t: _content(spark, lake, t, version) for t in SCORED}
-    versions = {t: table_version(spark, lake.paths.table(t)) for t in SCORED}
+    versions = {t: table_version(lake.paths.table(t)) for t in SCORED}
     killed = _export(lake, instance, version, KillingLauncher())
     assert not killed.success
-    assert {t: table_version(spark, lake.paths.table(t)) for t in SCORED} == versions
+    assert {t: table_version(lake.paths.table(t)) for t in SCORED} == versions
     assert _export(lake, instance, version).success
     assert {t: _content(spark, lake, t, version) for t in SCORED} == before
 
@@ -187,15 +187,15 @@ def _partition_is_complete_and_matches(spark, lake, version: str, expected: dict
 
 
 def test_an_export_of_a_partition_another_run_holds_is_refused_and_changes_nothing(pipeline, spark):
-    lake, _, _ = pipeline
+    lake, _, instance = pipeline
     version = lake.latest_model_version()
-    versions = {t: table_version(spark, lake.paths.table(t)) for t in (*SCORED, "gold.user_ad_candidates")}
+    versions = {t: table_version(lake.paths.table(t)) for t in (*SCORED, "gold.user_ad_candidates")}
     with partition_lock(lake.paths, "export", version, DAY, holder="dagster run other-run"):
-        proc = _gem_export(lake, version)
-        _, err = proc.communicate(timeout=600)
-    assert proc.returncode != 0
-    assert "is locked by another run" in err and "other-run" in err, err[-2000:]
-    assert {t: table_version(spark, lake.paths.table(t)) for t in versions} == versions
+        result = _export(lake, instance, version)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    assert "is locked by another run" in str(failure.cause or failure) and "other-run" in str(failure.cause or failure)
+    assert {t: table_version(lake.paths.table(t)) for t in versions} == versions
 
 
 def test_two_concurrent_exports_of_a_day_end_with_exactly_one_correct_partition(pipeline, spark):

@@ -35,11 +35,11 @@ def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
     paths = GemPaths(tmp_path)
     land(spark, _impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     table = paths.table("bronze.impressions")
-    version = table_version(spark, table)
+    version = table_version(table)
     with pytest.raises(RowDropError, match=r"bronze.impressions where ds = DATE'2026-11-03': the new rows \(0\) "
                                            r"would replace 20 rows.*allow_row_drop"):
         land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
-    assert table_version(spark, table) == version and read_table(spark, table).count() == 20
+    assert table_version(table) == version and read_table(spark, table).count() == 20
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 2  # its rejections stand too
     assert read_journal(paths, "bronze.impressions", DS.isoformat())["state"] == "committed"
     allowed = land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS,
@@ -139,11 +139,11 @@ def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_p
     paths = GemPaths(tmp_path / "gem")
     first = {t: land_bronze(spark, cfg, paths, t) for t in ("bronze.users", "bronze.ads")}
     assert all(landing.accepted > 0 for landing in first.values())
-    versions = {t: table_version(spark, paths.table(t)) for t in first}
+    versions = {t: table_version(paths.table(t)) for t in first}
     for name in names:  # the next delivery: header-only files
         copy.joinpath(name).write_bytes(real.joinpath(name).open("rb").readline())
     for table, landing in first.items():
         with pytest.raises(RowDropError, match=rf"{table}: the new rows \(0\) would replace {landing.accepted} rows"):
             land_bronze(spark, cfg, paths, table)
-        assert table_version(spark, paths.table(table)) == versions[table]
+        assert table_version(paths.table(table)) == versions[table]
         assert read_table(spark, paths.table(table)).count() == landing.accepted

@@ -41,7 +41,7 @@ def _lake_with_seed(lake: LakeResource, tmp_path: Path, seed: int) -> LakeResour
 
 def _version(lake: LakeResource, spark) -> str:
     cfg = lake.config
-    return f"gem-{cfg.preset}-{cfg.fingerprint}-d{table_version(spark, lake.paths.table('gold.training_examples'))}"
+    return f"gem-{cfg.preset}-{cfg.fingerprint}-d{table_version(lake.paths.table('gold.training_examples'))}"
 
 
 def test_a_model_failing_its_holdout_check_is_not_promoted_nor_exported(pipeline, spark, tmp_path):

@@ -44,7 +44,7 @@ def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: 
     return {
         "dagster/row_count": rows,
         "path": dg.MetadataValue.path(str(path)),
-        "delta_version": table_version(spark, path),
+        "delta_version": table_version(path),
         "dagster/column_schema": dg.TableSchema(
             columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields]
         ),

@@ -105,7 +105,7 @@ def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfa
         rows_in = raw.count()
         accepted, rejected = split(raw, table, surfaces, ds)
         accepted = accepted.cache()
-        check_row_drop(spark, target, {"ds": ds} if ds else None, accepted.count(), policy)
+        check_row_drop(target, {"ds": ds} if ds else None, accepted.count(), policy)
         journal = _journal_path(paths, table, partition)
         previous = read_journal(paths, table, partition)
         entry = {"landing_id": uuid.uuid4().hex, "holder": holder, "state": "started", "rows_in": rows_in,
@@ -139,6 +139,6 @@ def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfa
         landing = Landing(table, rows_in, landed.count(), sum(reasons.values()), dict(sorted(reasons.items())))
         _write_journal(journal, {**entry, "state": "committed", "finished_at": datetime.now(UTC).isoformat(),
                                  "accepted": landing.accepted, "rejected": landing.rejected,
-                                 "delta_version": table_version(spark, target),
-                                 "rejected_delta_version": table_version(spark, paths.table(REJECTED_TABLE))})
+                                 "delta_version": table_version(target),
+                                 "rejected_delta_version": table_version(paths.table(REJECTED_TABLE))})
     return landing

@@ -2,11 +2,12 @@
 
 `student_models` runs `jobs/train_student.py` in a separate process through the launcher
 (Dagster Pipes; one process on one node, whatever the launcher's `nnodes`) on the days after
-the teacher's training window, reading that version's exported logits and embeddings; then `gold.student_metrics` gets the manifest's
-metrics, replacing exactly the (model_version, student_version) partition, so a re-run never
-duplicates rows. The student version is named by the teacher version, the student config and
-the calendar: re-materialising unchanged inputs rewrites the same version; one run trains a
-student version at a time (`jobs.locks.partition_lock`).
+the teacher's training window, reading that version's exported logits and embeddings; then
+`gold.student_metrics` gets the manifest's metrics, replacing exactly the (model_version,
+student_version) partition, so a re-run never duplicates rows. The student version is named by
+the teacher version, the student config and the calendar: re-materialising unchanged inputs
+rewrites the same version; one run trains a student version at a time
+(`jobs.locks.partition_lock`).
 """
 
 import math

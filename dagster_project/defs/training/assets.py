@@ -16,7 +16,6 @@ import dagster as dg
 from dagster_project.defs.lake_tables import key
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
-from dagster_project.resources.spark import SparkResource
 from gem_model.train.manifest import read_manifest
 from gem_model.train.promotion import holdout_check
 from jobs.locks import partition_lock
@@ -30,14 +29,13 @@ HOLDOUT_CHECK = dg.AssetCheckSpec("holdout_metrics", asset=TEACHER_MODEL, blocki
 
 @dg.asset(key=TEACHER_MODEL, group_name=GROUP, deps=[key("gold.training_examples")], kinds={"pytorch"},
           check_specs=[HOLDOUT_CHECK])
-def teacher_model(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
-                  launcher: JobLauncher) -> dg.MaterializeResult:
+def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launcher: JobLauncher) -> dg.MaterializeResult:
     """GEM teacher trained with TorchRec over torchrun workers; checkpoint + manifest per version."""
     from jobs.lake import table_version
 
     cfg, paths = lake.config, lake.paths
     data = paths.table("gold.training_examples")
-    data_version = table_version(spark.session(), data)
+    data_version = table_version(data)
     model_version = f"gem-{cfg.preset}-{cfg.fingerprint}-d{data_version}"
     model_dir = paths.model_dir(model_version)
     staging = paths.run_staging("train", context.run_id)
