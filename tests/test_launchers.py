@@ -76,6 +76,7 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
     assert job["metadata"]["namespace"] == "ml"
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    assert job["spec"]["nprocPerNode"] == "8"
     for role in ("Master", "Worker"):
         pod = replicas[role]["template"]
         [container] = containers(pod)
@@ -86,7 +87,7 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
         assert container["resources"]["limits"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
         assert {"name": "pytorchjob-port", "containerPort": 29400} in container["ports"]
         env = {e["name"]: e["value"] for e in container["env"]}
-        assert env == {"GEM_HOME": "/gem", "NCCL_DEBUG": "WARN"}
+        assert env == {"GEM_HOME": "/gem", "NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "4"}  # 32 CPUs / 8 ranks
         assert {"name": "gem-home", "mountPath": "/gem"} in container["volumeMounts"]
         assert {"name": "gem-home", "persistentVolumeClaim": {"claimName": "gem-home"}} in pod["spec"]["volumes"]
         assert pod["spec"]["serviceAccountName"] == "trainer"
@@ -96,9 +97,25 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
 def test_single_node_pytorchjob_has_no_workers_and_nproc_defaults_to_the_assets():
     job = k8s_launcher().render("jobs/score.py", ["--ds", "2026-11-03"], nproc=2, run_id=RUN_ID)
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    assert job["spec"]["nprocPerNode"] == "2"
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert "--nnodes=1" in container["command"] and "--nproc-per-node=2" in container["command"]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert {"name": "OMP_NUM_THREADS", "value": "1"} in container["env"]  # 2 ranks and no CPU request
+
+
+def test_one_rank_per_pod_takes_the_pods_cpus_and_env_can_pin_the_threads():
+    job = k8s_launcher(nproc_per_node=1).render("jobs/train.py", [], nproc=4, run_id=RUN_ID)
+    [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
+    assert {"name": "OMP_NUM_THREADS", "valueFrom": {"resourceFieldRef": {
+        "containerName": "pytorch", "resource": "limits.cpu", "divisor": "1"}}} in container["env"]
+    job = k8s_launcher(cpu="7500m", nproc_per_node=2).render("jobs/train.py", [], nproc=1, run_id=RUN_ID)
+    [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
+    assert {"name": "OMP_NUM_THREADS", "value": "3"} in container["env"]
+    job = k8s_launcher(env={"OMP_NUM_THREADS": "16"}).render("jobs/train.py", [], nproc=2, run_id=RUN_ID)
+    [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
+    assert [e for e in container["env"] if e["name"] == "OMP_NUM_THREADS"] == [
+        {"name": "OMP_NUM_THREADS", "value": "16"}]
 
 
 def test_a_single_process_job_runs_once_on_one_node_whatever_the_launchers_nodes(tmp_path):
@@ -113,7 +130,7 @@ def test_a_single_process_job_runs_once_on_one_node_whatever_the_launchers_nodes
     assert LocalTorchrunLauncher().single_process() == LocalTorchrunLauncher()
 
 
-def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous():
+def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous(tmp_path):
     manifest = k8s_launcher(kind="IndexedJob", nnodes=4, gpus=2, nproc_per_node=2, rdzv_port=29500).render(
         "jobs/train.py", TRAIN_ARGS, nproc=1, run_id=RUN_ID)
 
@@ -133,12 +150,34 @@ def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert pod["spec"]["subdomain"] == name
     [container] = containers(pod)
-    assert container["command"] == [
-        "torchrun", "--nnodes=4", "--nproc-per-node=2", "--node-rank=$(JOB_COMPLETION_INDEX)",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={name}", "jobs/train.py",
-        *TRAIN_ARGS]
+    assert container["command"][:2] == ["sh", "-c"]
+    shell = container["command"][2]
+    # Pod 0 hosts the rendezvous without resolving its own name; the others wait until it resolves.
+    for index, is_host, waits in (("0", "1", False), ("3", "0", True)):
+        lookups = []
+        words = run_shell(shell, {"JOB_COMPLETION_INDEX": index}, tmp_path, lookups)
+        assert words == [
+            "torchrun", "--nnodes=4", "--nproc-per-node=2", f"--node-rank={index}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={name}", f"--rdzv-conf=is_host={is_host}",
+            "jobs/train.py", *TRAIN_ARGS]
+        assert lookups == ([f"hosts {name}-0.{name}"] if waits else [])
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert {"name": "gem-home", "mountPath": "/gem"} in container["volumeMounts"]
+
+
+def run_shell(shell: str, env: dict[str, str], bin_dir: Path, lookups: list[str]) -> list[str]:
+    """What a pod's `sh -c shell` would exec (Kubernetes turns `$$` into `$`), with getent answering at once and
+    torchrun printing its argv."""
+    (bin_dir / "getent").write_text('#!/bin/sh\necho "$@" >> "$LOOKUPS"\n')
+    (bin_dir / "torchrun").write_text('#!/bin/sh\nprintf "%s\\n" torchrun "$@"\n')
+    for tool in ("getent", "torchrun"):
+        (bin_dir / tool).chmod(0o755)
+    log = bin_dir / "lookups"
+    log.write_text("")
+    out = subprocess.run(["sh", "-c", shell.replace("$$", "$")], capture_output=True, text=True, check=True,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOOKUPS": str(log), **env})
+    lookups += log.read_text().splitlines()
+    return out.stdout.splitlines()
 
 
 def test_job_names_are_dns_labels_unique_per_launch():
@@ -170,7 +209,7 @@ def test_rendered_specs_carry_the_pipes_session_env(tmp_path):
     assert decode_param(env["DAGSTER_PIPES_CONTEXT"])["data"]["asset_keys"] == ["probe"]
     assert decode_param(env["DAGSTER_PIPES_MESSAGES"])["path"] == str(messages)
     [container] = containers(rendered["k8s"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
-    pod_env = {e["name"]: e["value"] for e in container["env"]}
+    pod_env = {e["name"]: e.get("value") for e in container["env"]}
     assert {k: pod_env[k] for k in env} == env
     for key, value in env.items():
         assert f"export {key}={shlex.quote(value)}\n" in rendered["slurm"]
@@ -197,9 +236,10 @@ def test_sbatch_script_has_directives_and_srun_torchrun_per_node():
     assert 'export GEM_RDZV_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"' in lines
     [srun] = [line for line in lines if line.startswith("srun ")]
     words = shlex.split(srun)
-    assert words[:5] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash", "-c"]
+    assert words[:6] == ["srun", "--ntasks-per-node=1", "--cpus-per-task=$SLURM_CPUS_ON_NODE", "--kill-on-bad-exit=1",
+                         "bash", "-c"]
     # What each node's bash runs: torchrun with the rendezvous on the first node, then script + args.
-    torchrun = shlex.split(words[5])
+    torchrun = shlex.split(words[6])
     assert torchrun == [
         "exec", "/shared/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=$SLURM_NNODES",
         "--node-rank=$SLURM_NODEID", "--nproc-per-node=8", "--rdzv-backend=c10d",
@@ -286,7 +326,8 @@ FAKE_SLURM = {
 [[ $1 == --wait && $2 == --parsable ]] || { echo "fake sbatch: expected --wait --parsable" >&2; exit 2; }
 grep -q '^#SBATCH --nodes=1$' "$3" || { echo "fake sbatch: one node only" >&2; exit 2; }
 echo 4242
-SLURM_JOB_ID=4242 SLURM_NNODES=1 SLURM_NODEID=0 SLURM_JOB_NODELIST=localhost exec bash "$3"
+SLURM_JOB_ID=4242 SLURM_NNODES=1 SLURM_NODEID=0 SLURM_JOB_NODELIST=localhost SLURM_CPUS_ON_NODE=$(nproc) \
+  exec bash "$3"
 """,
     "srun": """#!/bin/bash
 while [[ $1 == -* ]]; do shift; done
@@ -320,13 +361,70 @@ def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch):
                                              "slurm_log": str(batch_file.with_suffix(".out"))}
 
 
-def test_slurm_launch_raises_when_the_job_fails(tmp_path, monkeypatch):
-    (tmp_path / "sbatch").write_text("#!/bin/bash\necho 4243\nexit 7\n")  # the job ran and failed
-    (tmp_path / "sbatch").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"))
-    failed = r"Slurm job 4243 failed \(sbatch exit code 7\); see .*\.out.*sacct -j 4243"
-    with pytest.raises(JobLaunchError, match=failed):
+def install_tools(directory: Path, monkeypatch: pytest.MonkeyPatch, **tools: str) -> None:
+    """Bash scripts named after Slurm's tools, first on PATH."""
+    directory.mkdir(exist_ok=True)
+    for tool, text in tools.items():
+        (directory / tool).write_text("#!/bin/bash\n" + text)
+        (directory / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_slurm_ranks_share_the_nodes_cpus_unless_env_sets_the_threads():
+    script = SlurmTorchrunLauncher(gem_home="/gem", nproc_per_node=4).render("jobs/train.py", [], 1, RUN_ID)
+    [line] = [line for line in script.splitlines() if line.startswith("export OMP_NUM_THREADS=")]
+    for cpus, threads in (("16", "4"), ("2", "1"), ("", "1")):
+        env = {"PATH": os.environ["PATH"], **({"SLURM_CPUS_ON_NODE": cpus} if cpus else {})}
+        out = subprocess.run(["bash", "-c", f"{line}; echo $OMP_NUM_THREADS"], env=env, capture_output=True, text=True)
+        assert out.stdout.strip() == threads
+    pinned = SlurmTorchrunLauncher(gem_home="/gem", env={"OMP_NUM_THREADS": "8"}).render("jobs/train.py", [], 4, RUN_ID)
+    assert [line for line in pinned.splitlines() if "OMP_NUM_THREADS" in line] == ["export OMP_NUM_THREADS=8"]
+
+
+def test_slurm_failure_names_the_job_state_sbatch_stderr_and_the_jobs_traceback(tmp_path, monkeypatch):
+    install_tools(tmp_path / "bin", monkeypatch, sbatch="""
+echo 4243
+log=$(sed -n 's/^#SBATCH --output=//p' "$3")
+printf '%s\n' 'starting' '[rank0]: Traceback (most recent call last):' '[rank0]:   File "jobs/train.py", line 9' \
+  '[rank0]:     main()' '[rank0]: ValueError: train.batch_size=0 must be >= 1' 'torchrun: exit 1' > "$log"
+echo "sbatch: error: job 4243 failed" >&2
+exit 7
+""", scontrol="""[[ "$*" == "show job -o 4243" ]] &&
+  echo "JobId=4243 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"
+""")
+    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), poll_interval_s=0.1)
+    with pytest.raises(JobLaunchError) as failed:
+        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+    message = str(failed.value)
+    assert re.search(r"Slurm job 4243 \(gem-probe-.*\) failed: JobState FAILED, ExitCode 1:0, "
+                     r"Reason NonZeroExitCode; sbatch exit code 7", message)
+    assert "sbatch: sbatch: error: job 4243 failed" in message
+    assert ('Traceback (most recent call last):\n  File "jobs/train.py", line 9\n    main()\n'
+            "ValueError: train.batch_size=0 must be >= 1\n") in message and "torchrun: exit 1" not in message
+    assert re.search(r"full log: .*\.out; `sacct -j 4243`", message)
+
+
+@pytest.mark.parametrize("reason, timeout, expected", [
+    ("PartitionConfig", None, r"Reason=PartitionConfig: it can never start as submitted"),
+    ("Priority", 0.3, r"Reason=Priority: it waited \d+ s > queue_timeout_s=0.3"),
+])
+def test_a_slurm_job_that_cannot_start_is_cancelled_with_its_reason(tmp_path, monkeypatch, reason, timeout, expected):
+    cancelled = tmp_path / "cancelled"
+    install_tools(tmp_path / "bin", monkeypatch,
+                  sbatch="echo 4244\nexec sleep 600\n",  # a pending job: sbatch --wait never returns
+                  squeue=f'echo "PENDING|{reason}"\n', scancel=f'echo "$@" >> {cancelled}\n')
+    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), queue_timeout_s=timeout, poll_interval_s=0.1)
+    with pytest.raises(JobLaunchError, match=rf"Slurm job 4244 is pending with {expected}; cancelling it"):
+        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+    assert cancelled.read_text() == "4244\n"
+
+
+def test_sbatch_refusing_the_script_is_an_error_with_its_message(tmp_path, monkeypatch):
+    install_tools(tmp_path / "bin", monkeypatch,
+                  sbatch='echo "sbatch: error: invalid partition specified: gpu" >&2\nexit 1\n')
+    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), partition="gpu")
+    with pytest.raises(JobLaunchError, match=r"sbatch refused .*\.sbatch \(exit code 1\): sbatch: error: invalid "
+                                             r"partition specified: gpu"):
         dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
 
 
@@ -352,7 +450,8 @@ class FakeTrainingOperator:
     @staticmethod
     def run_master(body: dict[str, Any]) -> int:
         [container] = body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
-        env = {**{e["name"]: e["value"] for e in container["env"]}, "MASTER_ADDR": "127.0.0.1", "RANK": "0"}
+        env = {**{e["name"]: e.get("value", str(os.cpu_count())) for e in container["env"]},  # valueFrom: CPUs
+               "MASTER_ADDR": "127.0.0.1", "RANK": "0"}
 
         def expand(arg: str) -> str:
             return re.sub(r"\$\$|\$\((\w+)\)", lambda m: "$" if m.group(0) == "$$" else env[m.group(1)], arg)

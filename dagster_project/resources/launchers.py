@@ -39,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # hostnames `<job>-<index>` and the `job-name` label derived from them remain valid too.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_JOB_NAME = 52
+RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
 
 
 class JobLaunchError(RuntimeError):
@@ -146,19 +147,31 @@ class KubernetesTorchrunLauncher(JobLauncher):
                   "gem-pipeline/job": name, "dagster/run-id": dns_label(run_id)}
         metadata = {"name": name, "namespace": self.namespace, "labels": labels}
         if self.kind == "PyTorchJob":
-            command = self._torchrun(script, args, nproc, "$(RANK)", "$(MASTER_ADDR)", name)
-            template = self._pod_template(labels, command, env, port_name="pytorchjob-port")
+            # Kubernetes expands $(VAR) in commands from the container's env; $$ keeps a literal $.
+            command = [*self._torchrun(nproc, "$(RANK)", "$(MASTER_ADDR)", name),
+                       *(a.replace("$(", "$$(") for a in (script, *args))]
+            template = self._pod_template(labels, command, env, "pytorchjob-port", self.nproc_per_node or nproc)
             replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
             if self.nnodes > 1:
                 replicas["Worker"] = {"replicas": self.nnodes - 1, "restartPolicy": "Never",
                                       "template": copy.deepcopy(template)}
+            # nprocPerNode: the operator derives WORLD_SIZE and PET_NPROC_PER_NODE from it (default 1).
             return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": metadata,
                     "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0,
                                            "ttlSecondsAfterFinished": self.ttl_seconds_after_finished},
+                             "nprocPerNode": str(self.nproc_per_node or nproc),
                              "pytorchReplicaSpecs": replicas}}
-        # Indexed pods are named <job>-<index> and, with `subdomain`, resolvable as <job>-<index>.<service>.
-        command = self._torchrun(script, args, nproc, "$(JOB_COMPLETION_INDEX)", f"{name}-0.{name}", name)
-        template = self._pod_template(labels, command, env, port_name="rdzv")
+        # Indexed pods are named <job>-<index> and, with `subdomain`, resolvable as <job>-<index>.<service>
+        # once they have an IP. Pod 0 hosts the rendezvous whether or not its own name resolves yet
+        # (is_host); the others wait until it does, since torchrun gives up on a name that does not resolve.
+        host = f"{name}-0.{name}"
+        torchrun = shlex.join(self._torchrun(nproc, "RANK", host, name)).replace(
+            "--node-rank=RANK", '--node-rank="$JOB_COMPLETION_INDEX"')
+        shell = ('if [ "$JOB_COMPLETION_INDEX" = 0 ]; then is_host=1; else is_host=0; '
+                 f"until getent hosts {host} >/dev/null; do sleep 2; done; fi; "
+                 f'exec {torchrun} --rdzv-conf=is_host="$is_host" {shlex.join([script, *args])}')
+        command = ["sh", "-c", shell.replace("$(", "$$(")]
+        template = self._pod_template(labels, command, env, "rdzv", self.nproc_per_node or nproc)
         template["spec"]["subdomain"] = name
         selector = {"gem-pipeline/job": name}
         service = {"apiVersion": "v1", "kind": "Service", "metadata": dict(metadata),
@@ -170,26 +183,36 @@ class KubernetesTorchrunLauncher(JobLauncher):
                         "template": template}}
         return {"apiVersion": "v1", "kind": "List", "items": [service, job]}
 
-    def _torchrun(self, script: str, args: Sequence[str], nproc: int, node_rank: str, host: str,
-                  rdzv_id: str) -> list[str]:
-        # Kubernetes expands $(VAR) in commands from the container's env; $$ keeps a literal $.
-        user_args = [a.replace("$(", "$$(") for a in (script, *args)]
+    def _threads(self, ranks: int) -> dict[str, Any]:
+        """OMP_NUM_THREADS for each rank: the pod's CPUs shared by its ranks (torchrun alone would give 1).
+        One rank takes the pod's CPU limit (the node's CPUs without one); several divide `cpu`, else get 1."""
+        if ranks == 1:
+            return {"name": "OMP_NUM_THREADS", "valueFrom": {"resourceFieldRef": {
+                "containerName": "pytorch", "resource": "limits.cpu", "divisor": "1"}}}
+        cores = float(self.cpu[:-1]) / 1000 if self.cpu and self.cpu.endswith("m") else float(self.cpu or 0)
+        return {"name": "OMP_NUM_THREADS", "value": str(max(1, int(cores) // ranks))}
+
+    def _torchrun(self, nproc: int, node_rank: str, host: str, rdzv_id: str) -> list[str]:
+        """torchrun and its options, up to the script."""
         return ["torchrun", f"--nnodes={self.nnodes}", f"--nproc-per-node={self.nproc_per_node or nproc}",
                 f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={host}:{self.rdzv_port}",
-                f"--rdzv-id={rdzv_id}", *user_args]
+                f"--rdzv-id={rdzv_id}"]
 
     def _pod_template(self, labels: Mapping[str, str], command: list[str], env: Mapping[str, str] | None,
-                      port_name: str) -> dict[str, Any]:
+                      port_name: str, ranks: int) -> dict[str, Any]:
         resources = {k: v for k, v in (("cpu", self.cpu), ("memory", self.memory)) if v}
         if self.gpus:
             resources["nvidia.com/gpu"] = str(self.gpus)
         container_env = {"GEM_HOME": self.gem_home, **self.env, **(env or {})}
+        env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in container_env.items()]
+        if "OMP_NUM_THREADS" not in container_env:
+            env_list.append(self._threads(ranks))
         container = {
             "name": "pytorch",  # the training-operator looks for this container name
             "image": self.image,
             "workingDir": self.workdir,
             "command": command,
-            "env": [{"name": k, "value": v} for k, v in container_env.items()],
+            "env": env_list,
             "ports": [{"name": port_name, "containerPort": self.rdzv_port}],
             "resources": {"requests": dict(resources), "limits": dict(resources)},
             "volumeMounts": [{"name": "gem-home", "mountPath": self.gem_home},
@@ -289,7 +312,11 @@ class SlurmTorchrunLauncher(JobLauncher):
 
     `python` (default: this interpreter) and `workdir` (default: this checkout) must exist on
     the compute nodes, i.e. live on the shared file system, as must `gem_home`. The script and
-    its log (`--output`) are written under `$GEM_HOME/staging/slurm/`.
+    its log (`--output`) are written under `$GEM_HOME/staging/slurm/`. Each rank gets
+    `OMP_NUM_THREADS` = the node's allocated CPUs / ranks per node (torchrun would set 1), unless
+    `env` sets it. A job pending for a reason that needs an administrator (`NEVER_STARTS`) is
+    cancelled at once, any other after `queue_timeout_s`; a failed job's error names its id, state,
+    exit code, sbatch's stderr and the traceback its log ends with.
     """
 
     gem_home: str
@@ -307,6 +334,8 @@ class SlurmTorchrunLauncher(JobLauncher):
     env: dict[str, str] = {}
     rdzv_port: int = 29400
     sbatch: str = "sbatch"
+    queue_timeout_s: float | None = 3600.0  # cancel a job still pending after this long (None: wait forever)
+    poll_interval_s: float = 10.0
 
     def render(self, script: str, args: Sequence[str], nproc: int, run_id: str,
                env: Mapping[str, str] | None = None) -> str:
@@ -321,9 +350,14 @@ class SlurmTorchrunLauncher(JobLauncher):
         directives += [f"--{k}={v}" for k, v in optional.items() if v is not None]
         directives += [d if d.startswith("-") else f"--{d}" for d in self.extra_directives]
         exports = {"GEM_HOME": self.gem_home, **self.env, **(env or {})}
+        ranks = self.nproc_per_node or nproc
+        threads = [] if "OMP_NUM_THREADS" in exports else [
+            "# Every rank gets its share of the node's CPUs (torchrun alone would give it 1 thread).",
+            f'export OMP_NUM_THREADS=$(( ${{SLURM_CPUS_ON_NODE:-{ranks}}} / {ranks} > 0 ? '
+            f'${{SLURM_CPUS_ON_NODE:-{ranks}}} / {ranks} : 1 ))']
         torchrun = [shlex.quote(self.python or sys.executable), "-m", "torch.distributed.run",
                     '--nnodes="$SLURM_NNODES"', '--node-rank="$SLURM_NODEID"',
-                    f"--nproc-per-node={self.nproc_per_node or nproc}", "--rdzv-backend=c10d",
+                    f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
                     f'--rdzv-endpoint="$GEM_RDZV_HOST":{self.rdzv_port}', '--rdzv-id="$SLURM_JOB_ID"',
                     *(shlex.quote(a) for a in (script, *args))]
         lines = [
@@ -332,10 +366,13 @@ class SlurmTorchrunLauncher(JobLauncher):
             "set -euo pipefail",
             f"cd {shlex.quote(self.workdir)}",
             *(f"export {k}={shlex.quote(v)}" for k, v in exports.items()),
+            *threads,
             "# The first node of the allocation hosts the c10d rendezvous.",
             'export GEM_RDZV_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"',
             # Single quotes: SLURM_NODEID is expanded by each srun task, on its own node.
-            f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + ' '.join(torchrun))}",
+            # Since Slurm 22.05 a step does not inherit the job's CPUs per task: give torchrun the node's.
+            'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_ON_NODE" --kill-on-bad-exit=1 bash -c '
+            + shlex.quote("exec " + " ".join(torchrun)),
         ]
         return "\n".join(lines) + "\n"
 
@@ -359,24 +396,101 @@ class SlurmTorchrunLauncher(JobLauncher):
                                               env=session.get_bootstrap_env_vars()))
             # --parsable prints the job id at submission; --wait then blocks and exits with the job's code.
             process = subprocess.Popen([sbatch, "--wait", "--parsable", str(batch_file)],
-                                       stdout=subprocess.PIPE, text=True)
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             assert process.stdout is not None
             job_id = process.stdout.readline().strip().split(";")[0]
+            if not job_id:
+                _, stderr = process.communicate()
+                raise JobLaunchError(f"sbatch refused {batch_file} (exit code {process.returncode}): "
+                                     f"{stderr.strip() or 'no message'}")
             context.log.info(f"submitted Slurm job {job_id} ({batch_file}); log: {self.log_file(name)}")
             try:
-                for line in process.stdout:  # a real sbatch prints nothing more; the job logs to --output
-                    sys.stdout.write(line)
-                code = process.wait()
+                self._wait(process, job_id)
             except BaseException:
-                if job_id:
-                    subprocess.run(["scancel", job_id], check=False)
+                subprocess.run(["scancel", job_id], check=False)
                 process.send_signal(signal.SIGINT)
+                process.wait()
                 raise
-            if code != 0:
-                raise JobLaunchError(f"Slurm job {job_id or name} failed (sbatch exit code {code}); "
-                                     f"see {self.log_file(name)} and `sacct -j {job_id}`")
+            _, stderr = process.communicate()
+            if process.returncode != 0:
+                raise JobLaunchError(self._failure(job_id, name, process.returncode, stderr))
         return dg.PipesClientCompletedInvocation(session, metadata={"slurm_job_id": job_id,
                                                                     "slurm_log": str(self.log_file(name))})
+
+
+    def _wait(self, process: subprocess.Popen, job_id: str) -> None:
+        """Until sbatch exits; JobLaunchError if the job pends for a reason that needs an administrator
+        or for longer than `queue_timeout_s` (the caller cancels it)."""
+        submitted = time.monotonic()
+        while process.poll() is None:
+            state, reason = _squeue(job_id)
+            if state == "PENDING":
+                waited = time.monotonic() - submitted
+                if reason in NEVER_STARTS or (self.queue_timeout_s is not None and waited > self.queue_timeout_s):
+                    why = ("it can never start as submitted" if reason in NEVER_STARTS
+                           else f"it waited {waited:.0f} s > queue_timeout_s={self.queue_timeout_s}")
+                    raise JobLaunchError(
+                        f"Slurm job {job_id} is pending with Reason={reason}: {why}; cancelling it. Check the "
+                        f"launcher's partition/nnodes/gpus_per_node/mem/time_limit against `scontrol show partition` "
+                        f"(`scontrol show job {job_id}` explains the reason)")
+            try:
+                process.wait(timeout=self.poll_interval_s)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _failure(self, job_id: str, name: str, code: int, stderr: str) -> str:
+        """What a failed job's error says: its id, state, exit code and reason, sbatch's stderr, the job's traceback."""
+        job = _scontrol_job(job_id)
+        state = ", ".join(f"{k} {job[k]}" for k in ("JobState", "ExitCode", "Reason") if k in job)
+        log = self.log_file(name)
+        cause = last_traceback(log.read_text(errors="replace")) if log.is_file() else ""
+        return "\n".join(filter(None, [
+            f"Slurm job {job_id} ({name}) failed: {state or 'state unknown'}; sbatch exit code {code}",
+            f"sbatch: {stderr.strip()}" if stderr.strip() else "",
+            f"the job's error:\n{cause}" if cause else "",
+            f"full log: {log}; `sacct -j {job_id}` for the accounting record"]))
+
+
+# Pending reasons that need an administrator or a resubmission (no amount of waiting starts the job).
+NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                          "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "QOSNotAllowed",
+                          "DependencyNeverSatisfied"})
+
+
+def _squeue(job_id: str) -> tuple[str, str]:
+    """(state, reason) of a queued job; ("", "") when squeue cannot tell (the job left the queue)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "", ""
+    state, _, reason = done.stdout.strip().partition("|")
+    return state, reason
+
+
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol show job`'s fields of a job Slurm still remembers (MinJobAge), else {}."""
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
+
+
+def last_traceback(log: str, max_lines: int = 40) -> str:
+    """The last Python traceback in `log`, through its exception line (at most `max_lines` lines); torchrun's
+    `[rankN]:` prefixes are dropped."""
+    lines = [RANK_PREFIX.sub("", line) for line in log.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
+    if not starts:
+        return ""
+    block = []
+    for line in lines[starts[-1]:]:
+        block.append(line)
+        stripped = line.lstrip()
+        if len(block) > 1 and stripped and not line[:1].isspace() and not stripped.startswith(("File ", "Traceback")):
+            break  # the exception line ends it
+    return "\n".join(block[-max_lines:])
 
 
 LAUNCHERS: dict[str, type[JobLauncher]] = {
