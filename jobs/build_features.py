@@ -2,7 +2,7 @@
 
     python -m jobs.build_features --preset small --days 2
     python -m jobs.build_features --data-source taobao          # a real dataset (docs/datasets.md)
-    spark-submit --master yarn jobs/build_features.py --preset medium   # GEM_SPARK_* pick the cluster
+    GEM_SPARK_MASTER=yarn python -m jobs.spark_submit jobs/build_features.py --preset medium  # spark-submit
 
 Runs the same per-table jobs as the Dagster assets (`jobs.features.build`), in dependency order,
 into $GEM_HOME, and prints one line per table with rows and seconds. Exits non-zero when a

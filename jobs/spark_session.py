@@ -8,6 +8,11 @@ Defaults are embedded and local: `local[*]`, Delta jars from `.venv/jars` (insta
 - `GEM_SPARK_JARS_PACKAGES`: Maven coordinates resolved by Spark itself instead, e.g.
   `io.delta:delta-spark_2.13:4.4.0` (needs Maven access from the driver);
 - `GEM_SPARK_CONF`: extra `key=value` pairs separated by `;`.
+
+Under `spark-submit` the driver's JVM is running before any Python does, so its command line, not
+this module, sets the master and must carry Delta's jars: `python -m jobs.spark_submit` builds that
+command line from the same settings. A session started by spark-submit keeps its master and every
+setting given there, and is refused with the fix when Delta's jars are missing.
 """
 
 from __future__ import annotations
@@ -57,26 +62,64 @@ class SparkSettings:
         )
 
     def conf(self) -> dict[str, str]:
-        conf = {**LOCAL_DEFAULTS, **DELTA_CONF}
+        return {**LOCAL_DEFAULTS, **DELTA_CONF, **self.jars_conf(), **self.extra_conf}
+
+    def jars_conf(self) -> dict[str, str]:
+        """`spark.jars.packages`, or `spark.jars` listing the Delta jars of `jars_dir`."""
         if self.jars_packages:
-            conf["spark.jars.packages"] = self.jars_packages
-        else:
-            jars_dir = self.jars_dir or Path(sys.prefix) / "jars"
-            jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
-            if not any("delta-spark" in j for j in jars):
-                raise FileNotFoundError(
-                    f"no delta-spark jar in {jars_dir}; run `make .venv` (installs the jars), or set "
-                    "GEM_SPARK_JARS_DIR to a directory holding them, or GEM_SPARK_JARS_PACKAGES"
-                )
-            conf["spark.jars"] = ",".join(jars)
-        conf.update(self.extra_conf)
-        return conf
+            return {"spark.jars.packages": self.jars_packages}
+        jars_dir = self.jars_dir or Path(sys.prefix) / "jars"
+        jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
+        if not any("delta-spark" in j for j in jars):
+            raise FileNotFoundError(
+                f"no delta-spark jar in {jars_dir}; run `make .venv` (installs the jars), or set "
+                "GEM_SPARK_JARS_DIR to a directory holding them, or GEM_SPARK_JARS_PACKAGES"
+            )
+        return {"spark.jars": ",".join(jars)}
+
+    def submit_args(self) -> list[str]:
+        """spark-submit's options for these settings: the master, the jars and every setting as `--conf`."""
+        args = ["--master", self.master]
+        for key, value in self.conf().items():
+            args += ["--conf", f"{key}={value}"]
+        return args
+
+
+def submitted() -> bool:
+    """Whether spark-submit started this process (its JVM, already running, handed us its gateway)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def build_spark_session(settings: SparkSettings | None = None, app_name: str = "gem-pipeline") -> SparkSession:
     """Return the process's Spark session, creating it with Delta enabled on first use."""
     settings = settings or SparkSettings.from_env()
+    if submitted():
+        return _submitted_session(settings, app_name)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in settings.conf().items():
         builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _submitted_session(settings: SparkSettings, app_name: str) -> SparkSession:
+    """The session of a process spark-submit started: its master and settings stay as given on its command
+    line (defaults fill only what it left unset), and Delta's jars must be among them: added now they would
+    reach the executors but not the driver's classpath."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM
+    given = SparkConf()  # the settings spark-submit passed to it
+    jars = f"{given.get('spark.jars', '')},{given.get('spark.jars.packages', '')}"
+    if "delta-spark" not in jars:
+        raise RuntimeError(
+            "spark-submit was started without Delta's jars, which the driver needs on its classpath from the "
+            "start; submit through `python -m jobs.spark_submit <script> [args]` (it adds them, the master "
+            "from GEM_SPARK_MASTER and the session settings), or pass `--jars` with the jars of "
+            f"{settings.jars_dir or Path(sys.prefix) / 'jars'} or `--packages io.delta:delta-spark_2.13:<version>`"
+        )
+    builder = SparkSession.builder.appName(app_name)
+    # spark-submit's own log level is INFO: thousands of lines per table.
+    for key, value in {**LOCAL_DEFAULTS, "spark.log.level": "WARN", **DELTA_CONF, **settings.extra_conf}.items():
+        if not given.contains(key):
+            builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -1,9 +1,13 @@
 """Shared fixtures: one local Spark session, a temporary GEM_HOME per test, one e2e pipeline lake."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+# Spark (the tests' sessions and the JVMs their subprocesses start) binds to loopback only.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 # The end-to-end lake: tiny, 4 days (2 of them the holdout the export scores).
 PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}

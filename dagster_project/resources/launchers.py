@@ -316,7 +316,7 @@ class SlurmTorchrunLauncher(JobLauncher):
     `OMP_NUM_THREADS` = the node's allocated CPUs / ranks per node (torchrun would set 1), unless
     `env` sets it. A job pending for a reason that needs an administrator (`NEVER_STARTS`) is
     cancelled at once, any other after `queue_timeout_s`; a failed job's error names its id, state,
-    exit code, sbatch's stderr and the traceback its log ends with.
+    exit code, sbatch's stderr and the traceback of the exception it died of (`root_cause`).
     """
 
     gem_home: str
@@ -443,7 +443,7 @@ class SlurmTorchrunLauncher(JobLauncher):
         job = _scontrol_job(job_id)
         state = ", ".join(f"{k} {job[k]}" for k in ("JobState", "ExitCode", "Reason") if k in job)
         log = self.log_file(name)
-        cause = last_traceback(log.read_text(errors="replace")) if log.is_file() else ""
+        cause = root_cause(log.read_text(errors="replace")) if log.is_file() else ""
         return "\n".join(filter(None, [
             f"Slurm job {job_id} ({name}) failed: {state or 'state unknown'}; sbatch exit code {code}",
             f"sbatch: {stderr.strip()}" if stderr.strip() else "",
@@ -477,20 +477,22 @@ def _scontrol_job(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
 
 
-def last_traceback(log: str, max_lines: int = 40) -> str:
-    """The last Python traceback in `log`, through its exception line (at most `max_lines` lines); torchrun's
-    `[rankN]:` prefixes are dropped."""
+def root_cause(log: str, max_lines: int = 40) -> str:
+    """The last Python traceback in `log` through its exception line (at most `max_lines` lines), passing over
+    torchrun's own ChildFailedError, which only reports that a rank failed; `[rankN]:` prefixes dropped."""
     lines = [RANK_PREFIX.sub("", line) for line in log.splitlines()]
-    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
-    if not starts:
-        return ""
-    block = []
-    for line in lines[starts[-1]:]:
-        block.append(line)
-        stripped = line.lstrip()
-        if len(block) > 1 and stripped and not line[:1].isspace() and not stripped.startswith(("File ", "Traceback")):
-            break  # the exception line ends it
-    return "\n".join(block[-max_lines:])
+    blocks = []
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("Traceback (most recent call last)"):
+            continue
+        block = [line]
+        for following in lines[i + 1:]:
+            block.append(following)
+            if following[:1].strip() and not following.startswith("Traceback"):
+                break  # the exception line: the first one not indented
+        blocks.append(block)
+    causes = [b for b in blocks if "ChildFailedError" not in b[-1]] or blocks
+    return "\n".join(causes[-1][-max_lines:]) if causes else ""
 
 
 LAUNCHERS: dict[str, type[JobLauncher]] = {

@@ -44,9 +44,9 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
         try:
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
-            launcher.launch(context, "jobs/train.py",
-                            ["--config", str(config_file), "--data", str(data), "--data-version", str(data_version),
-                             "--model-dir", str(model_dir)], nproc=cfg.train.nproc)
+            launched = launcher.launch(context, "jobs/train.py",
+                                       ["--config", str(config_file), "--data", str(data), "--data-version",
+                                        str(data_version), "--model-dir", str(model_dir)], nproc=cfg.train.nproc)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         manifest = read_manifest(model_dir)
@@ -63,7 +63,8 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
                   "training_data_version": data_version, "promoted": check.passed,
                   "train_examples_per_second": manifest["train_examples_per_second"],
                   "path": dg.MetadataValue.path(str(model_dir)), **headline,
-                  "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"])},
+                  "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"]),
+                  **launched.metadata},  # where it ran: the Slurm job id and log, the Kubernetes job
         data_version=dg.DataVersion(model_version),
         check_results=[dg.AssetCheckResult(check_name=HOLDOUT_CHECK.name, passed=check.passed,
                                            description=check.description,
