@@ -37,6 +37,7 @@ from functools import reduce
 from pathlib import Path
 from typing import NamedTuple
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -109,9 +110,42 @@ def read_text_files(spark: SparkSession, folder: Path, source: str, files: Seque
     `files`), `_row` (0-based data line in its file), `impression_id` = `<source>-<file stem>-<_row>`
     and `_line`. A file's header is checked before anything is read. Files of one layout are
     parsed together, so a plan holds one parse per layout, not per file.
+
+    The parse is persisted (memory, spilling to disk) for the Spark application's life, keyed by the
+    files' size, modification time and inode: every landing of a run (users, ads, each day's events
+    and impressions) reads the same lines, and parsing them each time cost several seconds a use.
     """
     for text_file in files:
         check_header(folder / text_file.name, text_file)
+    key = _ParseKey(spark.sparkContext.applicationId, str(folder), source, tuple(files),
+                    tuple(_stamp(folder / f.name) for f in files))
+    if key not in _PARSED:
+        for stale in [k for k in _PARSED if k.same_files_as(key)]:
+            _PARSED.pop(stale).unpersist()  # the files changed
+        _PARSED[key] = _parse_files(spark, folder, source, files).persist(StorageLevel.MEMORY_AND_DISK)
+    return _PARSED[key]
+
+
+class _ParseKey(NamedTuple):
+    application: str
+    folder: str
+    source: str
+    files: tuple[TextFile, ...]
+    stamps: tuple[tuple[int, int, int], ...]
+
+    def same_files_as(self, other: _ParseKey) -> bool:
+        return self[:4] == other[:4]
+
+
+_PARSED: dict[_ParseKey, DataFrame] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _parse_files(spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile]) -> DataFrame:
     layouts: dict[TextFile, list[tuple[int, TextFile]]] = {}
     for i, text_file in enumerate(files):
         layouts.setdefault(dataclasses.replace(text_file, name=""), []).append((i, text_file))
