@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from datetime import date
@@ -96,3 +97,13 @@ def test_the_sensor_requests_each_promoted_version_and_day_once(tmp_path):
             (directory / "CURRENT").write_text("build-x\n")
         second = tick(again.cursor)
         assert [r.run_key for r in second.run_requests] == ["v2:2026-11-06"]
+
+
+def test_descriptions_render_whole_in_the_ui(tmp_path):
+    """The UI renders descriptions as Markdown, which drops a bare `<name>` as an HTML tag."""
+    defs = build_definitions(lake=LakeResource(home=str(tmp_path)))
+    descriptions = {spec.key.to_user_string(): spec.description or "" for spec in defs.resolve_all_asset_specs()}
+    assert descriptions["reports/sql_pack"].count("`sql/<name>.sql`") == 1
+    for key, text in descriptions.items():
+        outside_code = re.sub(r"`[^`]*`", "", text)
+        assert not re.search(r"<[A-Za-z_][\w ]*>", outside_code), f"{key}: {text!r}"

@@ -101,7 +101,7 @@ def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: i
 
 @dg.asset(key=SQL_PACK, group_name=GROUP, deps=EXPORTED, kinds={"duckdb", "sql"})
 def sql_pack(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    """The SQL pack's reports over the lake: per query (sql/<name>.sql) its rows and the first of them."""
+    """The SQL pack's reports over the lake: per query (`sql/<name>.sql`) its rows and the first of them."""
     reports = run_report_queries(lake.paths)
     skipped = [r for r in reports if r.missing]
     for r in skipped:
