@@ -41,7 +41,7 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
                       launcher: JobLauncher | None = None) -> dg.Definitions:
     lake = lake or LakeResource.from_env()
     cfg = lake.config
-    jobs = build_jobs(cfg)
+    jobs = build_jobs()
     by_name = {j.name: j for j in jobs}
     return dg.Definitions(
         assets=[*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack, student_models],

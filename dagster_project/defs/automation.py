@@ -21,7 +21,6 @@ from datetime import date
 import dagster as dg
 
 from dagster_project.defs.export.assets import EXPORT_OPS, INDEXES
-from dagster_project.defs.lake_tables import daily_partitions
 from dagster_project.defs.training.assets import TEACHER_MODEL
 from dagster_project.resources.lake import LakeResource
 from gem_model.config import GemConfig
@@ -30,14 +29,14 @@ DIMENSIONS = dg.AssetSelection.assets(["bronze", "users"], ["bronze", "ads"], ["
                                       ["silver", "ads"])
 
 
-def build_jobs(cfg: GemConfig) -> list[dg.UnresolvedAssetJobDefinition]:
-    daily = daily_partitions(cfg)
+def build_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
     features = dg.AssetSelection.groups("features") - DIMENSIONS
+    # Partitioned jobs take their (daily) partitions from their assets.
     return [
         dg.define_asset_job("build_dimensions_job", selection=DIMENSIONS),
-        dg.define_asset_job("build_features_job", selection=features, partitions_def=daily),
+        dg.define_asset_job("build_features_job", selection=features),
         dg.define_asset_job("train_teacher_job", selection=dg.AssetSelection.assets(TEACHER_MODEL)),
-        dg.define_asset_job("export_job", selection=dg.AssetSelection.groups("export"), partitions_def=daily),
+        dg.define_asset_job("export_job", selection=dg.AssetSelection.groups("export")),
         dg.define_asset_job("train_students_job", selection=dg.AssetSelection.groups("student")),
         dg.define_asset_job("build_reports_job", selection=dg.AssetSelection.groups("reports")),
     ]

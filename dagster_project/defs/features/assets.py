@@ -10,6 +10,7 @@ checked when it is materialised: row conservation on bronze, point-in-time corre
 sequence-length distribution on gold, label and null rates on the training examples.
 """
 
+import warnings
 from datetime import date
 from typing import TYPE_CHECKING
 
@@ -106,9 +107,13 @@ def _partition(df: "DataFrame", ds: date) -> "DataFrame":
 
 def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     daily = daily_partitions(cfg)
-    event_window = dg.TimeWindowPartitionMapping(
-        start_offset=-cfg.features.lookback_days, end_offset=0, allow_nonexistent_upstream_partitions=True
-    )
+    # The first days' windows reach before the calendar. The parameter is beta, which Dagster would
+    # announce at every load of the code location.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        event_window = dg.TimeWindowPartitionMapping(
+            start_offset=-cfg.features.lookback_days, end_offset=0, allow_nonexistent_upstream_partitions=True
+        )
 
     def conservation_spec(table: str) -> list[dg.AssetCheckSpec]:
         return [dg.AssetCheckSpec(ROW_CONSERVATION, asset=key(table), blocking=True,
