@@ -26,7 +26,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +42,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_JOB_NAME = 52
 RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
+
+
+@contextmanager
+def pipes_quietly() -> Iterator[None]:
+    """Dagster's Pipes session reads a preview attribute of its own message reader, and warns of it at every
+    launch; nothing here uses a preview API."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        yield
 
 
 class JobLaunchError(RuntimeError):
@@ -78,7 +89,8 @@ class LocalTorchrunLauncher(JobLauncher):
                nproc: int) -> dg.PipesClientCompletedInvocation:
         env = self.environment(nproc)
         client = dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
-        return client.run(context=context, command=self.command(script, args, nproc), env=env)
+        with pipes_quietly():
+            return client.run(context=context, command=self.command(script, args, nproc), env=env)
 
 
 def dns_label(text: str, max_len: int = 63) -> str:
@@ -243,8 +255,8 @@ class KubernetesTorchrunLauncher(JobLauncher):
             k8s_config.load_kube_config()
         name = job_name(script, args, context.run_id)
         reader = dg.PipesFileMessageReader(str(_pipes_message_file(self.gem_home, name)))
-        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
-                                   message_reader=reader) as session:
+        with pipes_quietly(), dg.open_pipes_session(
+                context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader) as session:
             manifest = self.render(script, args, nproc, context.run_id, env=session.get_bootstrap_env_vars())
             where = f"{self.kind} {self.namespace}/{name}"
             context.log.info(f"submitting {where}: {self.nnodes} node(s) x {self.nproc_per_node or nproc} rank(s)")
@@ -390,8 +402,8 @@ class SlurmTorchrunLauncher(JobLauncher):
         batch_file = self.log_file(name).with_suffix(".sbatch")
         batch_file.parent.mkdir(parents=True, exist_ok=True)
         reader = dg.PipesFileMessageReader(str(_pipes_message_file(self.gem_home, name)))
-        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
-                                   message_reader=reader) as session:
+        with pipes_quietly(), dg.open_pipes_session(
+                context=context, context_injector=dg.PipesEnvContextInjector(), message_reader=reader) as session:
             batch_file.write_text(self.render(script, args, nproc, context.run_id,
                                               env=session.get_bootstrap_env_vars()))
             # --parsable prints the job id at submission; --wait then blocks and exits with the job's code.
