@@ -363,6 +363,12 @@ def test_asset_materialises_students_and_a_metrics_partition_without_duplicates(
                     if m.asset_key == dg.AssetKey("student_models"))
     assert metadata["student_version"].value == student_version(lake.config, TEACHER)
     assert metadata["adapter/ctr/ne"].value < metadata["kd/ctr/ne"].value
+    table = metadata["ctr_ne_by_surface"].value.splitlines()
+    assert table[0].startswith("| scope | teacher |") and table[0].endswith("| KD gain | adapter gain |")
+    scopes = [row.split(" | ")[0].removeprefix("| ") for row in table[2:]]
+    assert scopes[0] == "all" and len(scopes) > 2 and set(scopes[1:]) <= set(lake.config.world.surfaces)
+    assert {row.count("|") for row in table} == {table[0].count("|")}
+    assert len(metadata) < 30  # a summary, not every metric (those are rows of gold.student_metrics)
     df = read_table(spark, paths.table("gold.student_metrics"))
     schema = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     assert schema_violations("gold.student_metrics", schema) == []

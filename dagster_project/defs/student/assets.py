@@ -34,16 +34,26 @@ class StudentModelsConfig(dg.Config):
     model_version: str | None = None  # default: the latest trained teacher ($GEM_HOME/models/LATEST)
 
 
-def _headline(manifest: dict) -> dict[str, float]:
-    """Overall and per-surface ctr/cvr NE and AUC of every student variant, and the gains."""
+def _summary(manifest: dict) -> dict[str, object]:
+    """The overall ctr NE of every variant and the gains as numbers, and one Markdown table of the ctr NE per
+    surface (every metric of every variant, surface and task is a row of gold.student_metrics)."""
     metrics = manifest["metrics"]
-    variants = manifest["config"]["student"]["variants"]
-    out = {k: v for k, v in metrics.items() if k.split("/")[0] in (*variants, "teacher", "teacher_adapted", "oracle")
-           and k.endswith(("/ne", "/auc"))}
-    for scope, tasks in manifest["gains"].items():
-        for task, gain in tasks.items():
-            out.update({f"gain/{scope}/{task}/{name}": value for name, value in gain.items() if math.isfinite(value)})
-    return out
+    columns = ("teacher", *manifest["config"]["student"]["variants"], "oracle")
+
+    def ne(variant: str, scope: str) -> float:
+        return metrics.get(f"{variant}/{'' if scope == 'all' else scope + '/'}ctr/ne", math.nan)
+
+    lines = ["| scope | " + " | ".join(columns) + " | KD gain | adapter gain |",
+             "|---" * (len(columns) + 3) + "|"]
+    for scope, gains in manifest["gains"].items():
+        ctr = gains["ctr"]
+        cells = [f"{ne(v, scope):.4f}" for v in columns]
+        cells += [f"{ctr['kd_ne_gain']:+.4f}", f"{ctr['adapter_ne_gain']:+.4f}"]
+        lines.append(f"| {scope} | " + " | ".join(cells) + " |")
+    overall = manifest["gains"]["all"]["ctr"]
+    return {"ctr_ne_by_surface": dg.MetadataValue.md("\n".join(lines)),
+            **{f"{v}/ctr/ne": round(ne(v, "all"), 4) for v in columns if math.isfinite(ne(v, "all"))},
+            **{f"gain/ctr/{k}": round(v, 4) for k, v in overall.items() if math.isfinite(v)}}
 
 
 def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
@@ -90,8 +100,8 @@ def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfi
     yield dg.MaterializeResult(
         asset_key=STUDENT_MODELS,
         metadata={"student_version": name, "model_version": version, "path": dg.MetadataValue.path(str(directory)),
-                  **{f"inference_ms_per_1000/{v}": ms for v, ms in manifest["inference_ms_per_1000"].items()},
-                  "rows": dg.MetadataValue.json(manifest["rows"]), **_headline(manifest)},
+                  **{f"inference_ms_per_1000/{v}": round(ms, 2) for v, ms in manifest["inference_ms_per_1000"].items()},
+                  "rows": dg.MetadataValue.json(manifest["rows"]), **_summary(manifest)},
         data_version=dg.DataVersion(name),
         check_results=[_finite_metrics(manifest)],
     )
