@@ -57,11 +57,12 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
             context.log.error(f"{model_version} failed its holdout check ({check.description}); LATEST stays "
                               "where it was")
     metrics = manifest["metrics"]
-    headline = {k: metrics[k] for k in sorted(metrics) if k.count("/") == 1 and not k.endswith(("rows", "positives"))}
+    headline = {k: round(metrics[k], 4) for k in sorted(metrics)
+                if k.count("/") == 1 and not k.endswith(("rows", "positives"))}
     return dg.MaterializeResult(
         metadata={"model_version": model_version, "architecture": cfg.model.architecture,
                   "training_data_version": data_version, "promoted": check.passed,
-                  "train_examples_per_second": manifest["train_examples_per_second"],
+                  "train_examples_per_second": round(manifest["train_examples_per_second"]),
                   "path": dg.MetadataValue.path(str(model_dir)), **headline,
                   "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"]),
                   **launched.metadata},  # where it ran: the Slurm job id and log, the Kubernetes job
