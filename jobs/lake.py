@@ -127,7 +127,7 @@ def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy
     return df, bool(set(new) - set(current))
 
 
-def _existing_rows(path: Path, partition: dict[str, object] | None) -> int:
+def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
     """Rows of `partition` (None: the whole table) now in the table, from the Parquet footers of the files
     the Delta log lists (delta-rs): no Spark job."""
     if not (path / "_delta_log").is_dir():
@@ -143,7 +143,7 @@ def check_row_drop(path: Path, partition: dict[str, object] | None, rows: int, p
     if policy.max_row_drop_fraction is None or policy.allow_row_drop:
         return
     predicate = _predicate(partition) if partition else None
-    existing = _existing_rows(path, partition)
+    existing = table_rows(path, partition)
     if existing and (rows == 0 or rows < existing * (1 - policy.max_row_drop_fraction)):
         where = f" where {predicate}" if predicate else ""
         raise RowDropError(

@@ -234,3 +234,18 @@ def test_the_report_asset_ran_every_query_of_the_sql_pack(pipeline):
     queries = sorted(p.stem for p in (Path(__file__).parents[1] / "sql").glob("*.sql"))
     assert metadata["queries_skipped"].value == {} and metadata["queries_run"].value == len(queries) >= 8
     assert all(metadata[f"{q}/rows"].value > 0 for q in queries)
+
+
+def test_a_partitions_metadata_shows_its_rows_the_tables_and_the_key_columns(pipeline, spark):
+    import dagster as dg
+
+    lake, _, instance = pipeline
+    event = instance.get_latest_materialization_event(dg.AssetKey(["bronze", "impressions"]))
+    metadata = event.asset_materialization.metadata
+    day = event.asset_materialization.partition
+    table = read_table(spark, lake.paths.table("bronze.impressions"))
+    assert metadata["dagster/row_count"].value == table.where(F.col("ds") == F.lit(day)).count()
+    assert metadata["table_rows"].value == table.count() > metadata["dagster/row_count"].value
+    columns = {c.name: c for c in metadata["dagster/column_schema"].value.columns}
+    assert not columns["impression_id"].constraints.nullable and columns["impression_id"].description == "key"
+    assert columns["surface"].constraints.nullable

@@ -37,17 +37,20 @@ def partition_date(context: dg.AssetExecutionContext) -> date:
 
 
 def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: int) -> dict[str, object]:
-    from jobs.lake import read_table, table_version
+    from jobs.lake import read_table, table_rows, table_version
 
     path = lake.paths.table(table)
     df = read_table(spark, path)
+    keys = CONTRACT[table].keys if table in CONTRACT else ()
     return {
-        "dagster/row_count": rows,
+        "dagster/row_count": rows,  # this materialisation's rows (its partition's, for a partitioned table)
+        "table_rows": table_rows(path),
         "path": dg.MetadataValue.path(str(path)),
         "delta_version": table_version(path),
-        "dagster/column_schema": dg.TableSchema(
-            columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields]
-        ),
+        "dagster/column_schema": dg.TableSchema(columns=[
+            dg.TableColumn(f.name, f.dataType.simpleString(), description="key" if f.name in keys else None,
+                           constraints=dg.TableColumnConstraints(nullable=False) if f.name in keys else None)
+            for f in df.schema.fields]),
     }
 
 
