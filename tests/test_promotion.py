@@ -3,6 +3,7 @@
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -30,6 +31,7 @@ class UntrainedModelLauncher(JobLauncher):
         manifest = json.loads((target / "manifest.json").read_text())
         manifest.update(model_version=target.name, metrics={**manifest["metrics"], "ctr/auc": 0.49})
         (target / "manifest.json").write_text(json.dumps(manifest))
+        return SimpleNamespace(metadata={})  # what the asset reads of a completed Pipes invocation
 
 
 def _lake_with_seed(lake: LakeResource, tmp_path: Path, seed: int) -> LakeResource:
