@@ -130,9 +130,14 @@ def student_summary(lake: LakeResource, version: str) -> list[str]:
     return lines
 
 
-def main() -> None:
+# The runs' console logger at INFO: their progress and results, without Dagster's DEBUG stream of engine events
+# (every event still reaches the instance, so the UI shows it).
+CONCISE = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+
+def main(verbose: bool = False) -> None:
     lake = LakeResource.from_env()
     print(f"GEM demo: preset {lake.preset}, GEM_HOME={Path(lake.home)}", flush=True)
     with CodeLocationRuns(instance_for(lake)) as runs:
-        run_pipeline(lake, runs.run)
+        run_pipeline(lake, lambda job, partition=None: runs.run(job, partition, None if verbose else CONCISE))
     print(summary(lake))

@@ -1,6 +1,6 @@
 """`gem`: the command line of GEM Pipeline.
 
-    gem demo                          materialise the whole asset graph and print a summary
+    gem demo [--verbose]              materialise the whole asset graph and print a summary
     gem sql FILE | -e QUERY           read-only SQL (DuckDB) over the lake: tables as <layer>.<table>,
           [--format table|json|csv]   plus meta.models and meta.table_history; one query, after the
           [--limit N]                 SET VARIABLE defaults it declares; --var overrides one of them
@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="gem", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
+    demo = sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
+    demo.add_argument("--verbose", action="store_true", help="print the runs' DEBUG events too")
     sql = sub.add_parser("sql", help="run a read-only query (DuckDB SQL) over the lake")
     sql.add_argument("file", nargs="?", type=Path, help="a .sql file (e.g. sql/row_counts.sql)")
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         from dagster_project.demo import main as demo_main
 
         try:
-            demo_main()
+            demo_main(verbose=args.verbose)
         except ConfigError as error:  # GEM_PRESET / GEM_CONFIG / GEM_DATA_SOURCE: the message names key and fix
             raise SystemExit(f"gem demo: {error}") from None
     elif args.command == "sql":
