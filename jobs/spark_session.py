@@ -64,11 +64,16 @@ class SparkSettings:
     def conf(self) -> dict[str, str]:
         return {**LOCAL_DEFAULTS, **DELTA_CONF, **self.jars_conf(), **self.extra_conf}
 
+    @property
+    def jars_directory(self) -> Path:
+        """`jars_dir`, else the environment's `<venv>/jars`."""
+        return self.jars_dir or Path(sys.prefix) / "jars"
+
     def jars_conf(self) -> dict[str, str]:
-        """`spark.jars.packages`, or `spark.jars` listing the Delta jars of `jars_dir`."""
+        """`spark.jars.packages`, or `spark.jars` listing the Delta jars of `jars_directory`."""
         if self.jars_packages:
             return {"spark.jars.packages": self.jars_packages}
-        jars_dir = self.jars_dir or Path(sys.prefix) / "jars"
+        jars_dir = self.jars_directory
         jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
         if not any("delta-spark" in j for j in jars):
             raise FileNotFoundError(
@@ -115,7 +120,7 @@ def _submitted_session(settings: SparkSettings, app_name: str) -> SparkSession:
             "spark-submit was started without Delta's jars, which the driver needs on its classpath from the "
             "start; submit through `python -m jobs.spark_submit <script> [args]` (it adds them, the master "
             "from GEM_SPARK_MASTER and the session settings), or pass `--jars` with the jars of "
-            f"{settings.jars_dir or Path(sys.prefix) / 'jars'} or `--packages io.delta:delta-spark_2.13:<version>`"
+            f"{settings.jars_directory} or `--packages io.delta:delta-spark_2.13:<version>`"
         )
     builder = SparkSession.builder.appName(app_name)
     # spark-submit's own log level is INFO: thousands of lines per table.

@@ -20,7 +20,7 @@ import pytest
 
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
-from dagster_project.resources.launchers import JobLauncher, JobLaunchError, SlurmTorchrunLauncher
+from dagster_project.resources.launchers import JobLauncher, JobLaunchError, SlurmTorchrunLauncher, scontrol_job
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch")
 pytestmark = pytest.mark.dist
@@ -121,11 +121,6 @@ def _probe(script: Path, nproc: int = 1) -> dg.AssetsDefinition:
     return probe
 
 
-def _job(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-    return dict(field.split("=", 1) for field in out.split() if "=" in field)
-
-
 def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on_slurm, pipeline, tmp_path,
                                                                              monkeypatch):
     lake, _, _ = pipeline
@@ -145,7 +140,7 @@ def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on
     assert result.success
     [materialization] = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in materialization.materialization.metadata.items()}
-    job = _job(metadata["slurm_job_id"])
+    job = scontrol_job(metadata["slurm_job_id"])
     assert (job["JobState"], job["ExitCode"], job["NumNodes"]) == ("COMPLETED", "0:0", "1")
     assert metadata["promoted"] is True and here.latest_model_version() == metadata["model_version"]
     manifest = json.loads((here.paths.model_dir(metadata["model_version"]) / "manifest.json").read_text())
@@ -165,7 +160,7 @@ def test_a_job_that_can_never_start_is_cancelled_naming_the_reason(on_slurm, tmp
                                              r"never start as submitted; cancelling it") as failed:
         dg.materialize([_probe(tmp_path / "probe.py")], resources={"launcher": launcher})
     job_id = str(failed.value).split()[2]
-    assert _job(job_id)["JobState"] == "CANCELLED"
+    assert scontrol_job(job_id)["JobState"] == "CANCELLED"
 
 
 def test_a_failed_job_reports_its_state_and_the_exception_it_died_of(on_slurm, tmp_path):

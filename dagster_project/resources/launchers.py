@@ -452,7 +452,7 @@ class SlurmTorchrunLauncher(JobLauncher):
 
     def _failure(self, job_id: str, name: str, code: int, stderr: str) -> str:
         """What a failed job's error says: its id, state, exit code and reason, sbatch's stderr, the job's traceback."""
-        job = _scontrol_job(job_id)
+        job = scontrol_job(job_id)
         state = ", ".join(f"{k} {job[k]}" for k in ("JobState", "ExitCode", "Reason") if k in job)
         log = self.log_file(name)
         cause = root_cause(log.read_text(errors="replace")) if log.is_file() else ""
@@ -480,7 +480,7 @@ def _squeue(job_id: str) -> tuple[str, str]:
     return state, reason
 
 
-def _scontrol_job(job_id: str) -> dict[str, str]:
+def scontrol_job(job_id: str) -> dict[str, str]:
     """`scontrol show job`'s fields of a job Slurm still remembers (MinJobAge), else {}."""
     try:
         done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=60)
