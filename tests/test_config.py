@@ -286,7 +286,7 @@ def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monk
     monkeypatch.setenv("GEM_CONFIG", str(tmp_path / "empty.json"))
     # The demo stand-in reads the config as dagster_project.demo does, without importing Dagster.
     demo = types.ModuleType("dagster_project.demo")
-    demo.main = GemConfig.from_env
+    demo.main = lambda verbose=False: GemConfig.from_env()
     monkeypatch.setitem(sys.modules, "dagster_project.demo", demo)
     with pytest.raises(SystemExit) as exit_info:
         main(["demo"])
