@@ -50,7 +50,7 @@ def main() -> None:
     started = time.monotonic()
     for table in DIMENSIONS:
         land_bronze(spark, cfg, paths, table)
-    for table in ("silver.users", "silver.ads"):
+    for table in ("silver.user_features", "silver.ad_features"):
         build_silver(spark, cfg, paths, table)
     dimensions_s = time.monotonic() - started
 

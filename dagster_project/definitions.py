@@ -20,6 +20,7 @@ from dagster_project.defs.automation import build_jobs, build_schedules, build_s
 from dagster_project.defs.export.assets import build_export_assets, build_export_checks
 from dagster_project.defs.features.assets import build_feature_assets
 from dagster_project.defs.features.checks import build_feature_checks
+from dagster_project.defs.provenance import with_provenance
 from dagster_project.defs.reports.assets import sql_pack
 from dagster_project.defs.student.assets import build_student_checks, student_models
 from dagster_project.defs.training.assets import teacher_model
@@ -44,7 +45,8 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
     jobs = build_jobs()
     by_name = {j.name: j for j in jobs}
     return dg.Definitions(
-        assets=[*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack, student_models],
+        assets=with_provenance([*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack,
+                                student_models], cfg),
         asset_checks=[*build_feature_checks(), *build_export_checks(),
                       *build_student_checks()],
         jobs=jobs,

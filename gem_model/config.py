@@ -428,7 +428,7 @@ class FeatureSpec:
     # buckets of log2(1 + minutes) (bucket 15 is ~23 days), the clock the sequence arch reads.
     action_buckets: Buckets = 16
     age_buckets: Count = 16
-    # Ad attributes looked up for every event's item (silver.ads, row 0 when the item is no ad
+    # Ad attributes looked up for every event's item (silver.ad_features, row 0 when the item is no ad
     # there), hashed like the target's own: attention can then match history to the candidate by
     # category without first learning every item's category from its id.
     sequence_item_attributes: Annotated[tuple[str, ...], Distinct()] = ("category",)

@@ -31,6 +31,7 @@ from jobs.features.build import (
     land_bronze,
     landing_policy,
 )
+from jobs.spark_progress import SparkProgress
 from jobs.spark_session import build_spark_session
 
 
@@ -63,15 +64,16 @@ def main(argv: list[str] | None = None) -> None:
         if rows == 0:
             empty.append(name)
 
-    for table in DIMENSIONS:
-        timed(table, lambda t=table: land_bronze(spark, cfg, paths, t, policy=policy))
-    for table in ("silver.users", "silver.ads"):
-        timed(table, lambda t=table: build_silver(spark, cfg, paths, t))
-    for day in cfg.world.days[: args.days]:
-        for table in DAILY_BRONZE:
-            timed(f"{table} [{day}]", lambda t=table, d=day: land_bronze(spark, cfg, paths, t, d, policy))
-        timed(f"gold.user_sequences [{day}]", lambda d=day: build_user_sequences(spark, cfg, paths, d))
-        timed(f"gold.training_examples [{day}]", lambda d=day: build_training_examples(spark, cfg, paths, d))
+    with SparkProgress(spark.sparkContext, lambda line: print(f"  {line}", flush=True)):
+        for table in DIMENSIONS:
+            timed(table, lambda t=table: land_bronze(spark, cfg, paths, t, policy=policy))
+        for table in ("silver.user_features", "silver.ad_features"):
+            timed(table, lambda t=table: build_silver(spark, cfg, paths, t))
+        for day in cfg.world.days[: args.days]:
+            for table in DAILY_BRONZE:
+                timed(f"{table} [{day}]", lambda t=table, d=day: land_bronze(spark, cfg, paths, t, d, policy))
+            timed(f"gold.user_sequences [{day}]", lambda d=day: build_user_sequences(spark, cfg, paths, d))
+            timed(f"gold.training_examples [{day}]", lambda d=day: build_training_examples(spark, cfg, paths, d))
     spark.stop()
     if empty:
         sys.exit(f"build_features: no rows in {', '.join(empty)}; check the source ({cfg.data.source}) for empty files")

@@ -4,7 +4,7 @@ Scoring itself (`jobs/score.py`) runs under torchrun without Spark; these functi
 one input that needs a join and commit its outputs to Delta. Every commit replaces exactly one
 partition, so a re-run (or a crash and a re-run) never duplicates rows:
 
-- `write_user_input`: silver.users left-joined with gold.user_sequences of `ds` (users with no
+- `write_user_input`: silver.user_features left-joined with gold.user_sequences of `ds` (users with no
   history get an empty sequence), in `files` Parquet files so each scoring rank gets a share.
 - `commit_scored`: the scoring job's parts -> gold.{user_embeddings,ad_embeddings,teacher_logits},
   refusing a run that did not finish (no `_SUCCESS.json`) or that scored another version or day.
@@ -37,7 +37,7 @@ def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds
                      files: int) -> int:
     """Write the users' scoring input for `ds` to `out` (Parquet); returns its row count."""
     sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
-    users = read_table(spark, paths.table("silver.users")).select(
+    users = read_table(spark, paths.table("silver.user_features")).select(
         "user_id", *(f.idx_column for f in spec.side("user")))
     sequences = read_table(spark, paths.table("gold.user_sequences")).where(F.col("ds") == F.lit(ds)).select(
         "user_id", *sequence)

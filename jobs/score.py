@@ -8,8 +8,8 @@ Local, 2 CPU processes::
 Multi-node: the same command with `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint
 HOST:29400 --rdzv-id JOB`. Single process: `python jobs/score.py ...`.
 
-Inputs: `--users`, the users' scoring input (silver.users joined with gold.user_sequences as of
-`ds`, written by Spark: `jobs.export_tables.write_user_input`), `silver.ads`, and
+Inputs: `--users`, the users' scoring input (silver.user_features joined with gold.user_sequences as of
+`ds`, written by Spark: `jobs.export_tables.write_user_input`), `silver.ad_features`, and
 `gold.training_examples` of `ds`. Each rank streams its share of every input's row groups in
 chunks of `export.chunk_rows` (memory is bounded by a chunk, not by the day) and writes
 `<out>/<table>/part-<rank>.parquet` for `user_embeddings`, `ad_embeddings` and
@@ -72,7 +72,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
     return {
         "user_embeddings": ScoringInput(pads.dataset(users, format="parquet"), None, ["user_id", *user, *sequence],
                                         lambda m, t, d: score_embeddings(m, t, "user_id", d)),
-        "ad_embeddings": ScoringInput(open_delta(paths.table("silver.ads")), None, ["ad_id", *ad],
+        "ad_embeddings": ScoringInput(open_delta(paths.table("silver.ad_features")), None, ["ad_id", *ad],
                                       lambda m, t, d: score_embeddings(m, t, "ad_id", d)),
         "teacher_logits": ScoringInput(examples, day, ["impression_id", "user_id", "ad_id", "surface",
                                                        *(f.idx_column for f in spec.features), *sequence],

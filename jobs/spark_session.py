@@ -32,6 +32,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",  # jobs.spark_progress logs progress as lines instead
     "spark.driver.memory": "3g",
     "spark.sql.catalogImplementation": "in-memory",
     "spark.databricks.delta.snapshotPartitions": "2",

@@ -1,18 +1,18 @@
 -- Embedding coverage and freshness per model version: how many of the known users and ads
--- (silver.users, silver.ads) have a vector on the version's latest exported day, and how far that
+-- (silver.user_features, silver.ad_features) have a vector on the version's latest exported day, and how far that
 -- day lags behind the newest day of training data.
 --   covered / known = coverage; embedded counts every id with a vector (ids outside silver included);
 --   days_behind = newest_data_ds - latest_ds (0: exported up to the newest data).
--- Tables: gold.user_embeddings, gold.ad_embeddings, silver.users, silver.ads, gold.training_examples,
+-- Tables: gold.user_embeddings, gold.ad_embeddings, silver.user_features, silver.ad_features, gold.training_examples,
 -- meta.models. Parameters: none (every model version).
 WITH embeddings AS (
   SELECT 'user' AS entity, model_version, ds, user_id AS id FROM gold.user_embeddings
   UNION ALL
   SELECT 'ad', model_version, ds, ad_id FROM gold.ad_embeddings
 ), known AS (
-  SELECT 'user' AS entity, user_id AS id FROM silver.users
+  SELECT 'user' AS entity, user_id AS id FROM silver.user_features
   UNION ALL
-  SELECT 'ad', ad_id FROM silver.ads
+  SELECT 'ad', ad_id FROM silver.ad_features
 ), days AS (
   SELECT entity, model_version, count(DISTINCT ds) AS days_exported, min(ds) AS first_ds, max(ds) AS latest_ds
   FROM embeddings GROUP BY entity, model_version

@@ -76,7 +76,7 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     holdout = cfg.world.holdout_start
     holdout_rows = _count(spark, lake, "bronze.impressions", F.col("ds") >= F.lit(holdout))
     assert _count(spark, lake, "gold.teacher_logits") == holdout_rows
-    assert _count(spark, lake, "gold.ad_embeddings") == _count(spark, lake, "silver.ads")
+    assert _count(spark, lake, "gold.ad_embeddings") == _count(spark, lake, "silver.ad_features")
     manifest = json.loads((lake.paths.model_dir(lake.latest_model_version()) / "manifest.json").read_text())
     assert manifest["config"]["data"]["source"] == source
     assert manifest["metrics"]["ctr/rows"] == holdout_rows

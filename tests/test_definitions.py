@@ -24,7 +24,11 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     graph = repo.asset_graph
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert {"bronze/impressions", "gold/training_examples", "teacher_model", "gold/teacher_logits",
-            "indexes/ads"} <= keys
+            "indexes/ad_index"} <= keys
+    labels = [k.path[-1] for k in graph.get_all_asset_keys()]  # what the lineage graph shows on each node
+    assert len(labels) == len(set(labels)), sorted(labels)
+    assert {"bronze/rejected_rows", "gold/index_builds"} <= keys  # reported by the steps that write them
+    assert all(graph.get(k).owners and graph.get(k).code_version for k in graph.get_all_asset_keys())
     daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
     assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
     assert len(list(graph.asset_check_keys)) >= 12
@@ -107,3 +111,13 @@ def test_descriptions_render_whole_in_the_ui(tmp_path):
     for key, text in descriptions.items():
         outside_code = re.sub(r"`[^`]*`", "", text)
         assert not re.search(r"<[A-Za-z_][\w ]*>", outside_code), f"{key}: {text!r}"
+
+
+def test_code_versions_follow_the_settings_each_group_reads(tmp_path):
+    from dagster_project.defs.provenance import GROUPS, code_version
+    from gem_model.config import GemConfig
+
+    base = GemConfig.from_preset("tiny")
+    wider = GemConfig.from_dict({"features": {"max_seq_len": base.features.max_seq_len * 2}}, base)
+    changed = {g for g, p in GROUPS.items() if code_version(base, p) != code_version(wider, p)}
+    assert changed == {"features", "training"}

@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_project.definitions import build_definitions
+from dagster_project.defs.export.assets import EXPORT_OPS
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
 from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
@@ -118,10 +119,9 @@ class KillingLauncher(JobLauncher):
 
 def _export(lake, instance, version: str, launcher: JobLauncher | None = None) -> dg.ExecuteInProcessResult:
     defs = build_definitions(lake=lake, launcher=launcher)
-    ops = ("scored_tables", "indexes__ads", "indexes__users", "gold__user_ad_candidates")
     return defs.resolve_job_def("export_job").execute_in_process(
         instance=instance, partition_key=DAY, raise_on_error=False,
-        run_config={"ops": {op: {"config": {"model_version": version}} for op in ops}})
+        run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
 
 
 def test_killed_scoring_commits_nothing_and_a_rerun_replaces_the_partition(pipeline, spark):

@@ -34,11 +34,11 @@ def _impressions(spark):
 
 def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     spec = FeatureSpec(lookback_days=14)
-    users = tables.silver_users(spark.createDataFrame([Row(user_id=1, age_bucket="18-24", country="US", device="ios",
+    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, age_bucket="18-24", country="US", device="ios",
                                                            true_interest=3),
                                                        Row(user_id=2, age_bucket="65+", country="BR", device="web",
                                                            true_interest=1)]), spec)
-    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
+    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
                                                        objective="conversion", true_quality=0.3),
                                                    Row(ad_id=12, advertiser_id=1, category=7, ad_format="video",
                                                        objective="conversion", true_quality=0.1)]), spec)
@@ -61,23 +61,23 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
 
 def test_missing_dimension_rows_map_to_the_reserved_row(spark):
     spec = FeatureSpec()
-    users = tables.silver_users(spark.createDataFrame([Row(user_id=1, age_bucket=None, country="US", device="ios")],
+    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, age_bucket=None, country="US", device="ios")],
                                                       "user_id bigint, age_bucket string, country string, "
                                                       "device string"), spec)
-    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video",
+    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video",
                                                        objective="conversion")]), spec)
     out = {r["impression_id"]: r for r in
            tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
     assert out["a"]["age_bucket_idx"] == tables.MISSING_ROW  # null attribute
     assert out["a"]["country_idx"] != tables.MISSING_ROW
-    assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.users row
-    assert out["a"]["category_idx"] == tables.MISSING_ROW  # ad 5 has no silver.ads row
+    assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.user_features row
+    assert out["a"]["category_idx"] == tables.MISSING_ROW  # ad 5 has no silver.ad_features row
     assert out["a"]["ad_id_idx"] != tables.MISSING_ROW  # ...but its id still gets a hashed row
 
 
 def test_sequence_truncated_to_max_len(spark):
     spec = FeatureSpec(max_seq_len=2)
-    ads = tables.silver_ads(spark.createDataFrame([Row(ad_id=14, advertiser_id=1, category=2, ad_format="video",
+    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=14, advertiser_id=1, category=2, ad_format="video",
                                                        objective="conversion")]), spec)
     seqs = {r["user_id"]: r for r in tables.user_sequences(_events(spark), ads, spec, DS).collect()}
     assert seqs[1]["seq_item_ids"] == [14, 13]

@@ -39,7 +39,7 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
     holdout = sum(3000 - _rejected(spark, lake, "bronze.impressions", day) for day in holdout_days)
     expected = {"bronze.users": cfg.world.n_users, "bronze.ads": cfg.world.n_ads,
                 "bronze.impressions": accepted,
-                "silver.users": cfg.world.n_users, "silver.ads": cfg.world.n_ads,
+                "silver.user_features": cfg.world.n_users, "silver.ad_features": cfg.world.n_ads,
                 "gold.training_examples": accepted, "gold.teacher_logits": holdout,
                 "gold.user_embeddings": 2 * cfg.world.n_users, "gold.ad_embeddings": 2 * cfg.world.n_ads,
                 # 6 predictors (teacher, adapted teacher, 4 students) x (all + 5 surfaces) x 2 tasks

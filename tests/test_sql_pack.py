@@ -105,8 +105,8 @@ def lake(spark, tmp_path_factory) -> GemPaths:
         _write(spark, paths, "gold.training_examples", [r for r in impressions if r["ds"] == day],
                replace_where=f"ds = DATE'{day}'")
     _write(spark, paths, "gold.teacher_logits", _logits("m-old") + _logits("m-new"))
-    _write(spark, paths, "silver.users", [{"user_id": u, "user_id_idx": u} for u in (1, 2, 3, 4)])
-    _write(spark, paths, "silver.ads", [{"ad_id": a, "ad_id_idx": a} for a in (10, 11, 12)])
+    _write(spark, paths, "silver.user_features", [{"user_id": u, "user_id_idx": u} for u in (1, 2, 3, 4)])
+    _write(spark, paths, "silver.ad_features", [{"ad_id": a, "ad_id_idx": a} for a in (10, 11, 12)])
     _write(spark, paths, "gold.user_embeddings", _embeddings("user_id", {
         ("m-old", D2): {1: [1.0, 0.0], 2: [1.0, 0.0], 3: [1.0, 0.0]},
         ("m-old", D3): {1: [0.0, 1.0], 2: [1.0, 0.0]},

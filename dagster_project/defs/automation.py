@@ -25,8 +25,8 @@ from dagster_project.defs.training.assets import TEACHER_MODEL
 from dagster_project.resources.lake import LakeResource
 from gem_model.config import GemConfig
 
-DIMENSIONS = dg.AssetSelection.assets(["bronze", "users"], ["bronze", "ads"], ["silver", "users"],
-                                      ["silver", "ads"])
+DIMENSIONS = dg.AssetSelection.assets(["bronze", "users"], ["bronze", "ads"], ["silver", "user_features"],
+                                      ["silver", "ad_features"])
 
 
 def build_jobs() -> list[dg.UnresolvedAssetJobDefinition]:

@@ -37,7 +37,7 @@ def _features(loaded: LoadedModel, rows: pa.Table) -> KeyedJaggedTensor:
 
 @torch.no_grad()
 def score_embeddings(loaded: LoadedModel, rows: pa.Table, id_column: str, ds: date) -> pa.Table:
-    """One embedding per row of `rows` (users: their features and sequence as of `ds`; ads: silver.ads)."""
+    """One embedding per row of `rows` (users: their features and sequence as of `ds`; ads: silver.ad_features)."""
     embed = loaded.model.user_embedding if id_column == "user_id" else loaded.model.ad_embedding
     vectors = embed(_features(loaded, rows)).float().cpu().numpy()
     if not np.isfinite(vectors).all():

@@ -54,9 +54,9 @@ def _event_days(cfg: GemConfig, ds: date) -> list[str]:
 
 
 def build_silver(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str) -> int:
-    """silver.users or silver.ads from its bronze table."""
-    transform = {"silver.users": tables.silver_users, "silver.ads": tables.silver_ads}[table]
-    source = table.replace("silver.", "bronze.")
+    """silver.user_features or silver.ad_features from its bronze table."""
+    source, transform = {"silver.user_features": ("bronze.users", tables.silver_user_features),
+                         "silver.ad_features": ("bronze.ads", tables.silver_ad_features)}[table]
     require_landed(paths, source, [WHOLE_TABLE])
     bronze = read_table(spark, paths.table(source))
     return overwrite_table(transform(bronze, cfg.features), paths.table(table))
@@ -65,7 +65,7 @@ def build_silver(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: st
 def build_user_sequences(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
     require_landed(paths, "bronze.events", _event_days(cfg, ds))
     df = tables.user_sequences(read_table(spark, paths.table("bronze.events")),
-                               read_table(spark, paths.table("silver.ads")), cfg.features, ds)
+                               read_table(spark, paths.table("silver.ad_features")), cfg.features, ds)
     return replace_partition(df, paths.table("gold.user_sequences"), {"ds": ds})
 
 
@@ -76,7 +76,7 @@ def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths
     require_landed(paths, "bronze.ads", [WHOLE_TABLE])
     df = tables.training_examples(
         read_table(spark, paths.table("bronze.impressions")), read_table(spark, paths.table("bronze.events")),
-        read_table(spark, paths.table("silver.users")), read_table(spark, paths.table("silver.ads")),
+        read_table(spark, paths.table("silver.user_features")), read_table(spark, paths.table("silver.ad_features")),
         cfg.features, ds,
     )
     return replace_partition(df, paths.table("gold.training_examples"), {"ds": ds})

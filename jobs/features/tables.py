@@ -42,13 +42,13 @@ def observable(df: DataFrame) -> DataFrame:
     return df.select(*[c for c in df.columns if not c.startswith("true_")])
 
 
-def silver_users(bronze_users: DataFrame, spec: FeatureSpec) -> DataFrame:
-    """silver.users: observable user attributes plus their embedding rows."""
+def silver_user_features(bronze_users: DataFrame, spec: FeatureSpec) -> DataFrame:
+    """silver.user_features: observable user attributes plus their embedding rows."""
     return with_feature_indices(observable(bronze_users), spec, "user")
 
 
-def silver_ads(bronze_ads: DataFrame, spec: FeatureSpec) -> DataFrame:
-    """silver.ads: observable ad attributes plus their embedding rows."""
+def silver_ad_features(bronze_ads: DataFrame, spec: FeatureSpec) -> DataFrame:
+    """silver.ad_features: observable ad attributes plus their embedding rows."""
     return with_feature_indices(observable(bronze_ads), spec, "ad")
 
 

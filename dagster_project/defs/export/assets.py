@@ -42,20 +42,31 @@ GROUP = "export"
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """An index over `table`'s embeddings, with recall measured on queries from `query_table`."""
+    """An index over `table`'s embeddings, with recall measured on queries from `query_table`.
 
+    Its asset is `indexes/<asset_name>`: a last segment no table shares, so the lineage graph's
+    labels are unique; its files stay under `$GEM_HOME/indexes/<name>/`.
+    """
+
+    asset_name: str
     table: str
     id_column: str
     query_table: str
     query_id_column: str
 
 
-INDEXES = {"ads": IndexSpec("gold.ad_embeddings", "ad_id", "gold.user_embeddings", "user_id"),
-           "users": IndexSpec("gold.user_embeddings", "user_id", "gold.ad_embeddings", "ad_id")}
+    @property
+    def asset_key(self) -> dg.AssetKey:
+        return dg.AssetKey(["indexes", self.asset_name])
+
+
+INDEXES = {"ads": IndexSpec("ad_index", "gold.ad_embeddings", "ad_id", "gold.user_embeddings", "user_id"),
+           "users": IndexSpec("user_index", "gold.user_embeddings", "user_id", "gold.ad_embeddings", "ad_id")}
 
 
 CANDIDATES = "gold.user_ad_candidates"
-EXPORT_OPS = ("scored_tables", "indexes__ads", "indexes__users", "gold__user_ad_candidates")
+INDEX_BUILDS = "gold.index_builds"
+EXPORT_OPS = ("scored_tables", "indexes__ad_index", "indexes__user_index", "gold__user_ad_candidates")
 
 
 class ModelVersionConfig(dg.Config):
@@ -85,7 +96,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     @dg.multi_asset(
         specs=[dg.AssetSpec(key(f"gold.{name}"), group_name=GROUP, kinds={"pytorch", "delta"},
                             deps=[TEACHER_MODEL, key("gold.training_examples"), key("gold.user_sequences"),
-                                  key("silver.users"), key("silver.ads")])
+                                  key("silver.user_features"), key("silver.ad_features")])
                for name in SCORED_TABLES],
         partitions_def=daily,
     )
@@ -114,7 +125,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                                                                         **table_metadata(s, lake, table, n)})
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
-        asset_key = dg.AssetKey(["indexes", name])
+        asset_key = spec.asset_key
         recall_check = dg.AssetCheckSpec("recall_floor", asset=asset_key, blocking=True,
                                          description=f"recall@{cfg.index.recall_k} >= {cfg.index.min_recall}")
 
@@ -137,6 +148,9 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 manifest = publish_index(vectors, ids, queries, directory, index_cfg, version, ds, spec.table)
                 record_index_build(spark.session(), lake.paths, manifest, index_cfg.recall_k,
                                    _lineage(context, version, ds))
+            context.log_event(dg.AssetMaterialization(asset_key=key(INDEX_BUILDS), metadata={
+                "index": name, "model_version": version, "ds": ds.isoformat(),
+                **table_metadata(spark.session(), lake, INDEX_BUILDS, 1)}))
             recall = manifest[f"recall_at_{index_cfg.recall_k}"]
             return dg.MaterializeResult(
                 metadata={"model_version": version, "path": dg.MetadataValue.path(str(directory)),
@@ -149,7 +163,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         return _index
 
     @dg.asset(key=key(CANDIDATES), group_name=GROUP, partitions_def=daily, kinds={"faiss", "delta"},
-              deps=[dg.AssetKey(["indexes", "ads"]), key("gold.user_embeddings")])
+              deps=[INDEXES["ads"].asset_key, key("gold.user_embeddings")])
     def user_ad_candidates(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
@@ -167,7 +181,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 raise ValueError(f"the ads index at {lake.paths.index_dir('ads', version, ds)} holds "
                                  f"{manifest['row_count']} ads of {manifest['model_version']} on {manifest['ds']}, "
                                  f"but gold.ad_embeddings has {len(ad_ids)} of {version} on {ds}; rebuild the index: "
-                                 f"materialise indexes/ads for partition {ds}")
+                                 f"materialise indexes/ad_index for partition {ds}")
             user_ids, vectors = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, ds,
                                                 _repr_dim(lake, version))
             rows = write_candidates(s, lake.paths, index, user_ids, vectors, lake.config.export.candidates_k,
@@ -176,7 +190,12 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         return dg.MaterializeResult(metadata={"model_version": version, "users": len(user_ids),
                                               **table_metadata(s, lake, CANDIDATES, rows)})
 
-    return [scored_tables, *(index_asset(name, spec) for name, spec in INDEXES.items()), user_ad_candidates]
+    index_builds = dg.AssetSpec(
+        key(INDEX_BUILDS), group_name=GROUP, kinds={"delta"}, deps=[spec.asset_key for spec in INDEXES.values()],
+        description="One row per (index, model version, day) build: factory, size, recall@k, queries/s, sha256. "
+                    "Written by each index build, which reports a materialisation here.")
+    return [scored_tables, *(index_asset(name, spec) for name, spec in INDEXES.items()), index_builds,
+            user_ad_candidates]
 
 
 def build_export_checks() -> list[dg.AssetChecksDefinition]:

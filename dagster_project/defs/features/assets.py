@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # Spark is imported by the steps that run it, not when the co
     from jobs.features.bronze import Landing
 
 GROUP = "features"
+REJECTED_ROWS = key("bronze.rejected_rows")
+BRONZE = ("bronze.users", "bronze.ads", "bronze.events", "bronze.impressions")
 ROW_CONSERVATION = "row_conservation"
 POINT_IN_TIME = "point_in_time"
 LABEL_RATES = "label_rates"
@@ -46,6 +48,11 @@ def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: Spark
     cfg = lake.config
     policy = landing_policy(cfg, config.allow_row_drop, config.allow_missing_columns)
     landing = land_bronze(spark.session(), cfg, lake.paths, table, ds, policy, holder=f"dagster run {context.run_id}")
+    # The quarantine is written by every landing, so it is an asset none of them owns: each reports to it.
+    context.log_event(dg.AssetMaterialization(asset_key=REJECTED_ROWS, metadata={
+        "landing": f"{table} {ds or 'whole table'}", "rejected/this_landing": landing.rejected,
+        **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
+        **table_metadata(spark.session(), lake, "bronze.rejected_rows", landing.rejected)}))
     return _landing_result(spark, lake, table, landing)
 
 
@@ -147,26 +154,26 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         """One day of ad impressions with click/conversion labels (and true probabilities where known)."""
         return _land(context, config, spark, lake, "bronze.impressions", partition_date(context))
 
-    @dg.asset(key=key("silver.users"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
-    def silver_users(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(key=key("silver.user_features"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
+    def silver_user_features(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable user attributes with their embedding rows (`<feature>_idx`)."""
         from jobs.features.build import build_silver
 
         s = spark.session()
-        rows = build_silver(s, lake.config, lake.paths, "silver.users")
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.users", rows))
+        rows = build_silver(s, lake.config, lake.paths, "silver.user_features")
+        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.user_features", rows))
 
-    @dg.asset(key=key("silver.ads"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
-    def silver_ads(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(key=key("silver.ad_features"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
+    def silver_ad_features(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable ad attributes with their embedding rows (`<feature>_idx`)."""
         from jobs.features.build import build_silver
 
         s = spark.session()
-        rows = build_silver(s, lake.config, lake.paths, "silver.ads")
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ads", rows))
+        rows = build_silver(s, lake.config, lake.paths, "silver.ad_features")
+        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ad_features", rows))
 
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
-              deps=[key("silver.ads"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
+              deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
               kinds={"spark", "delta"},
               check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"),
                                              description="most recent first, within max_seq_len; length stats")])
@@ -184,7 +191,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                                                                    spec.max_seq_len, None)])
 
     @dg.asset(key=key("gold.training_examples"), group_name=GROUP, partitions_def=daily,
-              deps=[key("bronze.impressions"), key("silver.users"), key("silver.ads"),
+              deps=[key("bronze.impressions"), key("silver.user_features"), key("silver.ad_features"),
                     dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
               kinds={"spark", "delta"},
               check_specs=[
@@ -208,5 +215,9 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.training_examples", rows),
                                     check_results=checks)
 
-    return [bronze_users, bronze_ads, bronze_events, bronze_impressions, silver_users, silver_ads,
-            user_sequences, training_examples]
+    rejected_rows = dg.AssetSpec(
+        REJECTED_ROWS, group_name=GROUP, kinds={"delta"}, deps=[key(t) for t in BRONZE],
+        description="The quarantine: every raw row a landing rejected, with its reason, raw line, file and line "
+                    "number. Written by each bronze landing, which reports a materialisation here.")
+    return [bronze_users, bronze_ads, bronze_events, bronze_impressions, rejected_rows, silver_user_features,
+            silver_ad_features, user_sequences, training_examples]

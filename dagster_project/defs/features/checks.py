@@ -8,8 +8,8 @@ import dagster as dg
 
 from dagster_project.defs.lake_tables import contract_check
 
-FEATURE_TABLES = ("bronze.users", "bronze.ads", "bronze.events", "bronze.impressions", "silver.users",
-                  "silver.ads", "gold.user_sequences", "gold.training_examples")
+FEATURE_TABLES = ("bronze.users", "bronze.ads", "bronze.events", "bronze.impressions", "silver.user_features",
+                  "silver.ad_features", "gold.user_sequences", "gold.training_examples")
 
 
 def build_feature_checks() -> list[dg.AssetChecksDefinition]:

@@ -25,7 +25,7 @@ SQL_PACK = dg.AssetKey(["reports", "sql_pack"])
 SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
 PREVIEW_ROWS = 20
 EXPORTED = [key("gold.teacher_logits"), key("gold.user_embeddings"), key("gold.ad_embeddings"),
-            dg.AssetKey(["indexes", "ads"]), dg.AssetKey(["indexes", "users"])]
+            dg.AssetKey(["indexes", "ad_index"]), dg.AssetKey(["indexes", "user_index"])]
 
 
 class ReportQueryError(RuntimeError):
