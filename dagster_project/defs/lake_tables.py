@@ -41,17 +41,32 @@ def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: 
 
     path = lake.paths.table(table)
     df = read_table(spark, path)
-    keys = CONTRACT[table].keys if table in CONTRACT else ()
     return {
         "dagster/row_count": rows,  # this materialisation's rows (its partition's, for a partitioned table)
         "table_rows": table_rows(path),
         "path": dg.MetadataValue.path(str(path)),
         "delta_version": table_version(path),
-        "dagster/column_schema": dg.TableSchema(columns=[
-            dg.TableColumn(f.name, f.dataType.simpleString(), description="key" if f.name in keys else None,
-                           constraints=dg.TableColumnConstraints(nullable=False) if f.name in keys else None)
-            for f in df.schema.fields]),
+        "dagster/column_schema": column_schema(table, [(f.name, f.dataType.simpleString()) for f in df.schema.fields]),
     }
+
+
+def column_schema(table: str, columns: list[tuple[str, str]]) -> dg.TableSchema:
+    """The written table's (column, type) pairs with the contract's descriptions; keys are non-null.
+
+    A column the contract does not describe (a dataset's own feature) keeps no description.
+    """
+    contract = CONTRACT.get(table)
+    keys = contract.keys if contract else ()
+    described = contract.descriptions if contract else {}
+
+    def description(name: str) -> str | None:
+        text = described.get(name)
+        return (f"key: {text}" if text else "key") if name in keys else text
+
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name, type_, description=description(name),
+                       constraints=dg.TableColumnConstraints(nullable=False) if name in keys else None)
+        for name, type_ in columns])
 
 
 def contract_check(table: str, blocking: bool = True) -> dg.AssetChecksDefinition:

@@ -1,0 +1,80 @@
+"""The table contract: what it requires, the docs generated from it, the descriptions the Dagster UI shows."""
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from jobs.table_contract import CONTRACT, FIX, Column, TableContract, main, render_doc, schema_violations
+
+DOC = Path(__file__).parents[1] / "docs" / "tables.md"
+
+
+def test_docs_tables_md_holds_the_tables_the_contract_generates():
+    text = DOC.read_text()
+    assert render_doc(text) == text, f"docs/tables.md is stale: run `{FIX}`"
+
+
+def test_check_fails_on_a_stale_copy_and_write_mends_only_the_generated_blocks(tmp_path, capsys):
+    doc = tmp_path / "tables.md"
+    fresh = DOC.read_text()
+    stale = fresh.replace("the user's age bucket", "the age bucket, edited by hand")
+    assert stale != fresh
+    doc.write_text(stale + "\nA hand-written closing line.\n")
+    assert main(["--check", str(doc)]) == 1
+    assert "python -m jobs.table_contract --write docs/tables.md" in capsys.readouterr().err
+    assert main(["--write", str(doc)]) == 0
+    assert doc.read_text() == fresh + "\nA hand-written closing line.\n"
+    assert main(["--check", str(doc)]) == 0
+
+
+def test_a_doc_without_a_layer_block_is_refused(tmp_path):
+    doc = tmp_path / "tables.md"
+    doc.write_text(DOC.read_text().replace("jobs.table_contract: silver;", "jobs.table_contract: silverish;"))
+    with pytest.raises(ValueError, match="one generated block per layer"):
+        main(["--write", str(doc)])
+
+
+def test_optional_columns_are_described_but_not_required():
+    silver = CONTRACT["silver.user_features"]
+    assert silver.columns == {"user_id": "bigint", "user_id_idx": "bigint"}
+    assert silver.descriptions["age_bucket_idx"] == "embedding row of `age_bucket` (hashed; 0 when it is null)"
+    assert schema_violations("silver.user_features", {"user_id": "bigint", "user_id_idx": "bigint"}) == []
+    assert schema_violations("silver.user_features", {"user_id": "bigint", "age_bucket_idx": "bigint"}) == [
+        "missing column user_id_idx (bigint)"]
+    assert "seq_category_idx" not in CONTRACT["gold.user_sequences"].columns
+    position = CONTRACT["gold.training_examples"].descriptions["position"]
+    assert position == "the ad's slot; null where the source logs none"
+
+
+def test_a_key_must_be_a_required_column():
+    with pytest.raises(ValueError, match=r"keys/partitioned_by \['a'\] are not required columns"):
+        TableContract("t", (Column("a", "bigint", "an id", optional=True),), ("a",))
+    with pytest.raises(ValueError, match=r"columns \['a'\] have no description"):
+        TableContract("t", (Column("a", "bigint", " "),), ("a",))
+
+
+@pytest.mark.spark
+def test_materialised_table_metadata_carries_the_contract_descriptions(spark, tmp_path):
+    from dagster_project.defs.lake_tables import table_metadata
+    from dagster_project.resources.lake import LakeResource
+
+    lake = LakeResource(home=str(tmp_path / "gem"))
+    df = spark.createDataFrame([(1, 7, "25-34", 0.5), (2, 9, None, 1.5)],
+                               "user_id bigint, user_id_idx bigint, age_bucket string, dataset_score double")
+    df.write.format("delta").save(str(lake.paths.table("silver.user_features")))
+
+    metadata = table_metadata(spark, lake, "silver.user_features", 2)
+
+    schema = metadata["dagster/column_schema"]
+    assert isinstance(schema, dg.TableSchema)
+    columns = {c.name: c for c in schema.columns}
+    assert [c.name for c in schema.columns] == ["user_id", "user_id_idx", "age_bucket", "dataset_score"]
+    assert columns["user_id"].description == "key: the user"
+    assert columns["user_id"].constraints.nullable is False
+    assert columns["user_id_idx"].description == "embedding row of `user_id` (hashed; 0 when it is null)"
+    assert columns["age_bucket"].description == "the user's age bucket"  # optional: described, not required
+    assert columns["age_bucket"].constraints.nullable is True
+    assert columns["dataset_score"].description is None  # a column the contract does not know
+    assert columns["dataset_score"].type == "double"
+    assert metadata["dagster/row_count"] == 2 and metadata["table_rows"] == 2
