@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages of the real components that system tests run (tests/test_slurm.py: a one-node Slurm
-# with munge). Idempotent: installs only what is missing. Needs root (CI) or sudo.
+# with munge; tests/test_postgres_storage.py: a PostgreSQL server as Dagster's instance storage).
+# Idempotent: installs only what is missing. Needs root (CI) or sudo.
 set -euo pipefail
-packages=(slurmctld slurmd slurm-client munge)
+packages=(slurmctld slurmd slurm-client munge postgresql)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
