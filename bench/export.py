@@ -59,14 +59,15 @@ def scoring_run(version: str, ds: date, users: Path, out: Path, nproc: int) -> d
 
 def export_job(lake, version: str, ds: date) -> dict[str, float]:
     from dagster_project.definitions import build_definitions
-    from dagster_project.defs.export.assets import EXPORT_OPS
+    from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
     from dagster_project.demo import instance_for
 
     instance = instance_for(lake)
+    if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
+        instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     started = time.perf_counter()
     result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
-        instance=instance, partition_key=ds.isoformat(),
-        run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
+        instance=instance, partition_key=model_day_key(version, ds))
     total = time.perf_counter() - started
     steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
     return {"total_seconds": total, **{f"{k}_seconds": v for k, v in steps.items()}}

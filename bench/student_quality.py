@@ -56,15 +56,17 @@ def ensure_export(args: argparse.Namespace, paths: GemPaths, cfg: GemConfig, ver
     if not missing:
         return
     from dagster_project.definitions import build_definitions
+    from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
     from dagster_project.demo import instance_for
     from dagster_project.resources.lake import LakeResource
 
     lake = LakeResource(home=str(paths.home), preset=args.preset, config_path=args.config)
-    lake.set_latest_model_version(version)  # the export assets score the latest teacher by default
     defs, instance = build_definitions(lake=lake), instance_for(lake)
+    if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
+        instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     for day in missing:
         result = defs.resolve_job_def("export_job").execute_in_process(instance=instance,
-                                                                      partition_key=day.isoformat())
+                                                                      partition_key=model_day_key(version, day))
         if not result.success:
             raise RuntimeError(f"export_job failed for {day} with model_version {version}")
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.partitions.utils.multi import get_tags_from_multi_partition_key
 from dagster._core.remote_representation.external import RemoteRepository
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
@@ -26,6 +27,14 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 WORKSPACE = Path(__file__).resolve().parents[1] / "workspace.yaml"
 LOCATION = "gem_pipeline"
 _DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+def _partition_tags(partition: str | None) -> dict[str, str]:
+    """The tags the UI gives a run of `partition`: a (model_version, ds) key also tags each dimension."""
+    if partition is None:
+        return {}
+    dimensions = get_tags_from_multi_partition_key(partition) if isinstance(partition, dg.MultiPartitionKey) else {}
+    return {"dagster/partition": str(partition), **dimensions}
 
 
 class RunFailedError(RuntimeError):
@@ -63,7 +72,7 @@ class CodeLocationRuns:
         run_config = run_config or {}
         plan = location.get_execution_plan(remote, run_config, step_keys_to_execute=None, known_state=None,
                                            instance=self.instance)
-        run_tags = {**remote.tags, **(tags or {}), **({"dagster/partition": partition} if partition else {})}
+        run_tags = {**remote.tags, **(tags or {}), **_partition_tags(partition)}
         run = self.instance.create_run(
             job_name=job, run_id=None, run_config=run_config, resolved_op_selection=None,
             step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute, op_selection=None,

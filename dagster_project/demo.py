@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.code_location_runs import CodeLocationRuns
+from dagster_project.defs.partitions import model_day_key
 from dagster_project.resources.lake import LakeResource
 from dagster_project.run_monitoring import ensure_instance_config, fail_dead_runs, worker_tags
 from gem_model.distill.artefact import read_student_manifest, student_version
@@ -63,11 +64,12 @@ def run_pipeline(lake: LakeResource, run: JobRunner) -> None:
     for day in cfg.world.days:
         step("build_features_job", day.isoformat())
     step("train_teacher_job")
+    version = lake.latest_model_version()
     for day in cfg.world.days:
         if day >= cfg.world.holdout_start:
-            step("export_job", day.isoformat())
+            step("export_job", model_day_key(version, day))
     if has_student_days(cfg):
-        step("train_students_job")
+        step("train_students_job", version)
     else:
         print(f"skip train_students_job: world.holdout_days={cfg.world.holdout_days} leaves no day before the "
               f"student.eval_days={cfg.student.eval_days} evaluation day(s)", flush=True)

@@ -292,7 +292,11 @@ def _in(where: str) -> str:
 class WorldConfig:
     """The calendar and, for the synthetic world, its size, seed and dynamics (`jobs.features.world`).
 
-    The calendar (`start_date`, `n_days`, `holdout_days`) is shared by every data source. Users and
+    The calendar (`start_date`, `n_days`, `holdout_days`) is shared by every data source: the teacher
+    trains on the days before the holdout and is measured on the holdout. The synthetic world goes on
+    after them when `open_ended` (the default): every later day exists, as the world stood on its
+    last configured day, up to the last day that has ended (`GemConfig.calendar_end`), so the daily
+    schedule builds each new day and the sensor exports it with the promoted model. Users and
     ads arrive over the days (`new_user_fraction`, `new_ad_fraction`: cold start); a user's daily
     event count is log-normal around `events_per_user_day` with spread `activity_sigma`, which
     gives heavy-tailed sequences; `malformed_rate` of the raw rows are corrupted on purpose so the
@@ -304,6 +308,7 @@ class WorldConfig:
     n_days: Count = 6
     # At least one day: the teacher's metrics and the export are computed on the holdout.
     holdout_days: Count = 2
+    open_ended: bool = True  # synthetic world only: a real dataset's calendar ends with its files
     n_users: Count = 400
     n_ads: Count = 120
     n_categories: Count = 12
@@ -761,8 +766,9 @@ class StudentConfig:
 
 # GemConfig sections read only after the teacher is trained.
 DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
-# Settings that only guard how data lands, never what a teacher learns from: they do not rename it.
-LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",)}
+# Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
+# the configured days): they do not rename it.
+LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
 
 
 @dataclass(frozen=True)
@@ -835,6 +841,12 @@ class GemConfig:
         """Build a config from (possibly partial) nested dicts over `base`; unknown keys and values of
         the wrong type or out of range raise a `ConfigError` naming the dotted key."""
         return _merge(base or GemConfig(), data, "")
+
+    @property
+    def calendar_end(self) -> date | None:
+        """The last day of the calendar: None (open: up to the last day that has ended) for the synthetic
+        world when `world.open_ended`, else the last configured day."""
+        return None if self.world.open_ended and self.data.source == "synthetic" else self.world.days[-1]
 
     @property
     def fingerprint(self) -> str:

@@ -125,17 +125,23 @@ def drop_columns(table: str, columns: list[str]) -> None:
 
 def export(ds: str, model_version: str | None) -> None:
     """Run one day's export_job as a run of the code location, as the UI would launch it."""
+    from datetime import date
+
     from dagster_project.code_location_runs import CodeLocationRuns, RunFailedError
-    from dagster_project.defs.export.assets import EXPORT_OPS
+    from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
     from dagster_project.demo import instance_for
     from dagster_project.resources.lake import LakeResource
+    from gem_model.train.manifest import read_manifest
 
     lake = LakeResource.from_env()
     version = model_version or lake.latest_model_version()
-    run_config = {"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}}
+    read_manifest(lake.paths.model_dir(version))  # an unknown version fails here, naming the known ones
+    instance = instance_for(lake)
+    if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):  # trained elsewhere, or by hand
+        instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     try:
-        with CodeLocationRuns(instance_for(lake)) as runs:
-            run = runs.run("export_job", ds, run_config)
+        with CodeLocationRuns(instance) as runs:
+            run = runs.run("export_job", model_day_key(version, date.fromisoformat(ds)))
     except RunFailedError as error:
         raise SystemExit(f"gem export: failed for ds={ds}, model {version}: {error}") from None
     print(f"exported ds={ds} with model {version} (run {run.run_id})")

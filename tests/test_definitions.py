@@ -2,7 +2,7 @@ import json
 import re
 import subprocess
 import sys
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -30,7 +30,11 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     assert {"bronze/rejected_rows", "gold/index_builds"} <= keys  # reported by the steps that write them
     assert all(graph.get(k).owners and graph.get(k).code_version for k in graph.get_all_asset_keys())
     daily = graph.get(dg.AssetKey(["bronze", "impressions"])).partitions_def
-    assert daily.get_partition_keys()[0] == "2026-11-01" and len(daily.get_partition_keys()) == 6
+    yesterday = date.fromordinal(date.today().toordinal() - 1)  # the synthetic world's calendar is open-ended
+    assert daily.get_partition_keys()[0] == "2026-11-01" and daily.get_partition_keys()[-1] == yesterday.isoformat()
+    export = graph.get(dg.AssetKey(["gold", "teacher_logits"])).partitions_def
+    assert set(export.partition_dimension_names) == {"model_version", "ds"}
+    assert graph.get(dg.AssetKey("student_models")).partitions_def.name == "model_versions"
     assert len(list(graph.asset_check_keys)) >= 12
 
 
@@ -71,36 +75,39 @@ def _promoted(lake: LakeResource, version: str) -> None:
     lake.set_latest_model_version(version)
 
 
-def test_the_sensor_requests_each_promoted_version_and_day_once(tmp_path):
+def test_the_sensor_requests_each_missing_version_and_day(tmp_path):
     lake = LakeResource(home=str(tmp_path))
     defs = build_definitions(lake=lake)
     sensor = defs.get_repository_def().get_sensor_def("teacher_model_sensor")
-    job = defs.resolve_job_def("export_job")
     with dg.instance_for_test() as instance:
-        def tick(cursor: str | None):
-            context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                              resources={"lake": lake})
-            return sensor.evaluate_tick(context)
+        def tick():
+            # With the instance's ref, as the daemon builds it: the tick's new partitions count when its runs resolve.
+            with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
+                                         resources={"lake": lake}) as context:
+                result = sensor.evaluate_tick(context)
+            for request in result.dynamic_partitions_requests or []:
+                instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            return result
 
-        nothing = tick(None)  # no promoted model yet
+        nothing = tick()  # no promoted model yet
         assert nothing.run_requests == [] and "no promoted model" in nothing.skip_message
-        _promoted(lake, "v1")
-        first = tick(None)
-        assert [(r.partition_key, r.run_key) for r in first.run_requests] == [("2026-11-05", "v1:2026-11-05"),
-                                                                            ("2026-11-06", "v1:2026-11-06")]
-        for request in first.run_requests:
-            assert dg.validate_run_config(job, request.run_config)["ops"]["scored_tables"]["config"] == {
-                "model_version": "v1"}
-        again = tick(first.cursor)  # the next tick: v1 was requested already
-        assert again.run_requests == [] and "already requested" in again.skip_message
+        _promoted(lake, "v1")  # promoted by hand (gem promote): the sensor makes it a partition
+        first = tick()
+        assert [(r.partition_key, r.run_key) for r in first.run_requests] == [
+            ("2026-11-05|v1", "v1:2026-11-05"), ("2026-11-06|v1", "v1:2026-11-06")]
+        assert instance.get_dynamic_partitions("model_versions") == ["v1"]
         # v2 is promoted; its first holdout day is already exported (both indexes published): only the second.
         _promoted(lake, "v2")
         for name in ("ads", "users"):
             directory = lake.paths.index_dir(name, "v2", date(2026, 11, 5))
             directory.mkdir(parents=True)
             (directory / "CURRENT").write_text("build-x\n")
-        second = tick(again.cursor)
-        assert [r.run_key for r in second.run_requests] == ["v2:2026-11-06"]
+        assert [r.run_key for r in tick().run_requests] == ["v2:2026-11-06"]
+        # The daily schedule built a day after the configured calendar: it is exported with the promoted model.
+        instance.report_runless_asset_event(dg.AssetMaterialization(["gold", "training_examples"],
+                                                                    partition="2026-11-07"))
+        assert [r.run_key for r in tick().run_requests] == ["v2:2026-11-06", "v2:2026-11-07"]
+        assert instance.get_dynamic_partitions("model_versions") == ["v1", "v2"]
 
 
 def test_descriptions_render_whole_in_the_ui(tmp_path):
@@ -121,3 +128,20 @@ def test_code_versions_follow_the_settings_each_group_reads(tmp_path):
     wider = GemConfig.from_dict({"features": {"max_seq_len": base.features.max_seq_len * 2}}, base)
     changed = {g for g, p in GROUPS.items() if code_version(base, p) != code_version(wider, p)}
     assert changed == {"features", "training"}
+
+
+def test_the_daily_schedule_builds_the_day_that_just_ended(tmp_path):
+    defs = build_definitions(lake=LakeResource(home=str(tmp_path)))
+    schedule = defs.get_repository_def().get_schedule_def("build_features_job_schedule")
+    tick = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        result = schedule.evaluate_tick(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    assert [r.partition_key for r in result.run_requests] == ["2026-12-02"]  # weeks after the configured days
+
+
+def test_a_real_datasets_calendar_ends_with_its_days(tmp_path):
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text(json.dumps({"data": {"source": "criteo"}}))
+    defs = build_definitions(lake=LakeResource(home=str(tmp_path), config_path=str(overrides)))
+    daily = defs.get_repository_def().asset_graph.get(dg.AssetKey(["bronze", "events"])).partitions_def
+    assert daily.get_partition_keys() == [f"2026-11-0{d}" for d in range(1, 7)]

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_project.definitions import build_definitions
-from dagster_project.defs.export.assets import EXPORT_OPS
+from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
 from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
@@ -118,10 +118,12 @@ class KillingLauncher(JobLauncher):
 
 
 def _export(lake, instance, version: str, launcher: JobLauncher | None = None) -> dg.ExecuteInProcessResult:
+    """Export (version, DAY), the version made a partition first as `gem export` does for one trained elsewhere."""
     defs = build_definitions(lake=lake, launcher=launcher)
+    if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
+        instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     return defs.resolve_job_def("export_job").execute_in_process(
-        instance=instance, partition_key=DAY, raise_on_error=False,
-        run_config={"ops": {op: {"config": {"model_version": version}} for op in EXPORT_OPS}})
+        instance=instance, partition_key=model_day_key(version, date.fromisoformat(DAY)), raise_on_error=False)
 
 
 def test_killed_scoring_commits_nothing_and_a_rerun_replaces_the_partition(pipeline, spark):

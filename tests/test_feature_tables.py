@@ -34,10 +34,9 @@ def _impressions(spark):
 
 def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     spec = FeatureSpec(lookback_days=14)
-    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, age_bucket="18-24", country="US", device="ios",
-                                                           true_interest=3),
-                                                       Row(user_id=2, age_bucket="65+", country="BR", device="web",
-                                                           true_interest=1)]), spec)
+    users = tables.silver_user_features(spark.createDataFrame([
+        Row(user_id=1, age_bucket="18-24", country="US", device="ios", true_interest=3),
+        Row(user_id=2, age_bucket="65+", country="BR", device="web", true_interest=1)]), spec)
     ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
                                                        objective="conversion", true_quality=0.3),
                                                    Row(ad_id=12, advertiser_id=1, category=7, ad_format="video",
@@ -61,9 +60,9 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
 
 def test_missing_dimension_rows_map_to_the_reserved_row(spark):
     spec = FeatureSpec()
-    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, age_bucket=None, country="US", device="ios")],
-                                                      "user_id bigint, age_bucket string, country string, "
-                                                      "device string"), spec)
+    users = tables.silver_user_features(spark.createDataFrame(
+        [Row(user_id=1, age_bucket=None, country="US", device="ios")],
+        "user_id bigint, age_bucket string, country string, device string"), spec)
     ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video",
                                                        objective="conversion")]), spec)
     out = {r["impression_id"]: r for r in

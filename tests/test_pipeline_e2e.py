@@ -220,7 +220,8 @@ def test_students_train_on_the_first_holdout_day_and_are_evaluated_on_the_last(p
         assert {r["surface"]: r["count"] for r in rows} == {
             s: manifest["rows"][s][split] for s in surfaces}, split
     before = read_table(spark, lake.paths.table("gold.student_metrics")).count()
-    assert defs.resolve_job_def("train_students_job").execute_in_process(instance=instance).success
+    assert defs.resolve_job_def("train_students_job").execute_in_process(instance=instance,
+                                                                          partition_key=version).success
     assert read_table(spark, lake.paths.table("gold.student_metrics")).count() == before
     assert [p.name for p in directory.parent.iterdir()] == [directory.name]
 
@@ -247,5 +248,73 @@ def test_a_partitions_metadata_shows_its_rows_the_tables_and_the_key_columns(pip
     assert metadata["dagster/row_count"].value == table.where(F.col("ds") == F.lit(day)).count()
     assert metadata["table_rows"].value == table.count() > metadata["dagster/row_count"].value
     columns = {c.name: c for c in metadata["dagster/column_schema"].value.columns}
-    assert not columns["impression_id"].constraints.nullable and columns["impression_id"].description == "key"
+    assert not columns["impression_id"].constraints.nullable
+    assert columns["impression_id"].description.startswith("key: ")  # from the table contract
+    assert all(c.description for c in columns.values()), [c.name for c in columns.values() if not c.description]
     assert columns["surface"].constraints.nullable
+
+
+def test_the_ui_shows_which_version_exists_for_which_day_and_the_reports_beside_the_tables(pipeline):
+    import dagster as dg
+
+    lake, _, instance = pipeline
+    version = lake.latest_model_version()
+    holdout = {d.isoformat() for d in lake.config.world.days if d >= lake.config.world.holdout_start}
+    assert instance.get_dynamic_partitions("model_versions") == [version]
+    for asset in (["gold", "teacher_logits"], ["indexes", "ad_index"], ["gold", "user_ad_candidates"]):
+        assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {f"{d}|{version}" for d in holdout}
+    assert instance.get_materialized_partitions(dg.AssetKey("student_models")) == {version}
+    teacher = instance.get_latest_materialization_event(dg.AssetKey("teacher_model")).asset_materialization
+    baselines = teacher.metadata["baselines"].value.splitlines()
+    assert baselines[0].startswith("| metric | this model |") and "oracle" in baselines[0]
+    assert any(row.startswith("| ctr AUC |") for row in baselines)
+    # The quarantine and the index builds are assets too, reported to by the steps that write them.
+    rejected = instance.get_latest_materialization_event(dg.AssetKey(["bronze", "rejected_rows"]))
+    assert rejected.asset_materialization.metadata["table_rows"].value == _rejected_total(lake)
+    builds = instance.get_latest_materialization_event(dg.AssetKey(["gold", "index_builds"]))
+    assert builds.asset_materialization.metadata["table_rows"].value == 2 * len(holdout)
+
+
+def _rejected_total(lake) -> int:
+    from jobs.lake import table_rows
+
+    return table_rows(lake.paths.table("bronze.rejected_rows"))
+
+
+def test_a_day_after_the_calendar_is_built_by_the_schedule_and_exported_with_the_promoted_model(
+        pipeline, spark, tmp_path, monkeypatch):
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    import dagster as dg
+
+    from dagster_project.definitions import build_definitions
+    from dagster_project.resources.lake import LakeResource
+
+    lake, _, _ = pipeline
+    home = tmp_path / "gem"  # a copy: the session's lake stays as the pipeline left it
+    shutil.copytree(lake.home, home)
+    monkeypatch.setenv("GEM_HOME", str(home))
+    copy = LakeResource(home=str(home), preset="tiny", config_path=lake.config_path)
+    defs, version = build_definitions(lake=copy), copy.latest_model_version()
+    day = lake.config.world.days[-1] + timedelta(days=1)
+    repository = defs.get_repository_def()
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("model_versions", [version])
+        at = datetime.combine(day + timedelta(days=1), datetime.min.time(), UTC).replace(hour=1)
+        tick = repository.get_schedule_def("build_features_job_schedule").evaluate_tick(
+            dg.build_schedule_context(instance=instance, scheduled_execution_time=at))
+        assert [r.partition_key for r in tick.run_requests] == [day.isoformat()]
+        assert defs.resolve_job_def("build_features_job").execute_in_process(
+            instance=instance, partition_key=day.isoformat()).success
+        with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
+                                     resources={"lake": copy}) as context:
+            [request] = repository.get_sensor_def("teacher_model_sensor").evaluate_tick(context).run_requests
+        assert request.run_key == f"{version}:{day.isoformat()}"  # the holdout days were exported already
+        assert defs.resolve_job_def("export_job").execute_in_process(
+            instance=instance, partition_key=request.partition_key).success
+    logits = read_table(spark, copy.paths.table("gold.teacher_logits"))
+    examples = read_table(spark, copy.paths.table("gold.training_examples")).where(F.col("ds") == F.lit(day))
+    assert logits.where((F.col("ds") == F.lit(day)) & (F.col("model_version") == version)).count() == \
+        examples.count() > 0
+    assert (copy.paths.index_dir("ads", version, day) / "CURRENT").is_file()

@@ -106,8 +106,8 @@ def test_spark_submit_to_a_standalone_cluster_builds_the_same_tables_as_local_mo
     assert [a["name"] for a in apps] == ["gem-pipeline"] and apps[0]["state"] == "FINISHED"
 
     other_days = {d.isoformat() for d in lake.config.world.days[1:]}
-    tables = ["bronze.users", "bronze.ads", "silver.user_features", "silver.ad_features", "bronze.impressions", "bronze.events",
-              "bronze.rejected_rows", "gold.user_sequences", "gold.training_examples"]
+    tables = ["bronze.users", "bronze.ads", "silver.user_features", "silver.ad_features", "bronze.impressions",
+              "bronze.events", "bronze.rejected_rows", "gold.user_sequences", "gold.training_examples"]
     for table in tables:
         cluster = _rows(GemPaths(home).table(table), other_days)
         local = _rows(lake.paths.table(table), other_days)

@@ -356,8 +356,10 @@ def test_asset_materialises_students_and_a_metrics_partition_without_duplicates(
     lake = LakeResource(home=str(paths.home), config_path=str(tmp_path / "overrides.json"))
     monkeypatch.setenv("GEM_HOME", str(paths.home))
     resources = {"lake": lake, "spark": SparkResource(), "launcher": InProcessLauncher()}
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("model_versions", [TEACHER])
     for _ in range(2):  # the second run replaces the partition
-        result = dg.materialize([student_models], resources=resources)
+        result = dg.materialize([student_models], resources=resources, instance=instance, partition_key=TEACHER)
         assert result.success
     metadata = next(m.metadata for m in result.asset_materializations_for_node("student_models")
                     if m.asset_key == dg.AssetKey("student_models"))

@@ -8,14 +8,12 @@ process of `dagster dev`, the daemon and each run worker loads it); a step impor
 runs inside its own body.
 """
 
-from datetime import date
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
-from gem_model.config import GemConfig
 from jobs.table_contract import CONTRACT, schema_violations
 
 if TYPE_CHECKING:
@@ -24,16 +22,6 @@ if TYPE_CHECKING:
 
 def key(table: str) -> dg.AssetKey:
     return dg.AssetKey(table.split("."))
-
-
-def daily_partitions(cfg: GemConfig) -> dg.DailyPartitionsDefinition:
-    """One partition per day of the configured world (end exclusive)."""
-    end = date.fromordinal(cfg.world.days[-1].toordinal() + 1)
-    return dg.DailyPartitionsDefinition(start_date=cfg.world.start_date.isoformat(), end_date=end.isoformat())
-
-
-def partition_date(context: dg.AssetExecutionContext) -> date:
-    return date.fromisoformat(context.partition_key)
 
 
 def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: int) -> dict[str, object]:

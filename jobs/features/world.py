@@ -148,10 +148,16 @@ class Source:
         return self._trend(aid) * (self._day(ds) - (w.n_days - 1) / 2) / max(w.n_days - 1, 1)
 
     def _day(self, ds: date) -> int:
-        day = (ds - self.world.start_date).days
-        if not 0 <= day < self.world.n_days:
-            raise ValueError(f"ds={ds} is outside the world's calendar {self.world.days[0]}..{self.world.days[-1]}")
-        return day
+        """The index of `ds` in the world's dynamics. A day after the configured calendar (open-ended worlds)
+        is the world as it stood on its last day: everyone arrived, traffic mix and drift held; its draws
+        are its own (they hash the date)."""
+        w = self.world
+        day = (ds - w.start_date).days
+        if day < 0 or (day >= w.n_days and not w.open_ended):
+            end = "" if w.open_ended else str(w.days[-1])
+            raise ValueError(f"ds={ds} is outside the world's calendar {w.days[0]}..{end}"
+                             + ("" if w.open_ended or day < 0 else "; set world.open_ended to go on after it"))
+        return min(day, w.n_days - 1)
 
     def users(self) -> DataFrame:
         """bronze.users: demographic/device attributes, signup date, latent interests and activity."""

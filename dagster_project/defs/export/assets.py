@@ -5,7 +5,9 @@ launcher (Dagster Pipes, `export.nproc` ranks), and commits each table replacing
 (model_version, ds) partition: several model versions coexist side by side, and a re-run or a
 crash and a re-run never duplicates rows. Indexes are published per (model version, day) under
 `$GEM_HOME/indexes/<name>/<model_version>/<ds>/`, each build recorded in gold.index_builds;
-gold.user_ad_candidates holds every user's top `export.candidates_k` ads from the ads index.
+gold.user_ad_candidates holds every user's top `export.candidates_k` ads from the ads index. Every
+asset here is partitioned by (model_version, ds) like the tables, so a run exports one version's day
+and the UI shows which pairs exist (`dagster_project/defs/partitions.py`).
 
 Every step holds the (model_version, ds) export lock (`jobs.locks.partition_lock`) and works in
 its own run's staging directory, so a concurrent duplicate export is refused at once instead of
@@ -21,13 +23,8 @@ from datetime import date
 
 import dagster as dg
 
-from dagster_project.defs.lake_tables import (
-    contract_check,
-    daily_partitions,
-    key,
-    partition_date,
-    table_metadata,
-)
+from dagster_project.defs.lake_tables import contract_check, key, table_metadata
+from dagster_project.defs.partitions import model_day, model_day_key, model_day_partitions
 from dagster_project.defs.training.assets import TEACHER_MODEL
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
@@ -66,15 +63,6 @@ INDEXES = {"ads": IndexSpec("ad_index", "gold.ad_embeddings", "ad_id", "gold.use
 
 CANDIDATES = "gold.user_ad_candidates"
 INDEX_BUILDS = "gold.index_builds"
-EXPORT_OPS = ("scored_tables", "indexes__ad_index", "indexes__user_index", "gold__user_ad_candidates")
-
-
-class ModelVersionConfig(dg.Config):
-    model_version: str | None = None  # default: the latest trained teacher ($GEM_HOME/models/LATEST)
-
-
-def _model_version(config: ModelVersionConfig, lake: LakeResource) -> str:
-    return config.model_version or lake.latest_model_version()
 
 
 def _repr_dim(lake: LakeResource, version: str) -> int:
@@ -91,21 +79,21 @@ def _lineage(context: dg.AssetExecutionContext, version: str, ds: date) -> dict[
 
 
 def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
-    daily = daily_partitions(cfg)
+    partitions = model_day_partitions(cfg)
 
     @dg.multi_asset(
         specs=[dg.AssetSpec(key(f"gold.{name}"), group_name=GROUP, kinds={"pytorch", "delta"},
                             deps=[TEACHER_MODEL, key("gold.training_examples"), key("gold.user_sequences"),
                                   key("silver.user_features"), key("silver.ad_features")])
                for name in SCORED_TABLES],
-        partitions_def=daily,
+        partitions_def=partitions,
     )
-    def scored_tables(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
-                      lake: LakeResource, launcher: JobLauncher):
+    def scored_tables(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
+                      launcher: JobLauncher):
         """User/ad embeddings and per-task teacher logits of one day, for one model version."""
         from jobs.export_tables import commit_scored, write_user_input
 
-        ds, version = partition_date(context), _model_version(config, lake)
+        version, ds = model_day(context)
         read_manifest(lake.paths.model_dir(version))  # a missing version fails here, naming the known ones
         s, export = spark.session(), lake.config.export
         with _export_lock(context, lake, version, ds):
@@ -121,24 +109,23 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         for table, n in rows.items():
-            yield dg.MaterializeResult(asset_key=key(table), metadata={"model_version": version,
-                                                                        **table_metadata(s, lake, table, n)})
+            yield dg.MaterializeResult(asset_key=key(table), metadata=table_metadata(s, lake, table, n))
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
         asset_key = spec.asset_key
         recall_check = dg.AssetCheckSpec("recall_floor", asset=asset_key, blocking=True,
                                          description=f"recall@{cfg.index.recall_k} >= {cfg.index.min_recall}")
 
-        @dg.asset(key=asset_key, group_name=GROUP, partitions_def=daily, deps=[key(spec.table), key(spec.query_table)],
+        @dg.asset(key=asset_key, group_name=GROUP, partitions_def=partitions,
+                  deps=[key(spec.table), key(spec.query_table)],
                   kinds={"faiss"}, check_specs=[recall_check],
                   description=f"FAISS index over {spec.table} (inner product) with recall@k against exact search.")
-        def _index(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
-                   lake: LakeResource) -> dg.MaterializeResult:
+        def _index(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
             from gem_model.export.index import publish_index
             from gem_model.export.scoring import read_embeddings
             from jobs.export_tables import record_index_build
 
-            ds, version = partition_date(context), _model_version(config, lake)
+            version, ds = model_day(context)
             dim = _repr_dim(lake, version)
             directory = lake.paths.index_dir(name, version, ds)
             index_cfg = lake.config.index
@@ -153,7 +140,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 **table_metadata(spark.session(), lake, INDEX_BUILDS, 1)}))
             recall = manifest[f"recall_at_{index_cfg.recall_k}"]
             return dg.MaterializeResult(
-                metadata={"model_version": version, "path": dg.MetadataValue.path(str(directory)),
+                metadata={"path": dg.MetadataValue.path(str(directory)),
                           "row_count": manifest["row_count"], f"recall_at_{index_cfg.recall_k}": recall,
                           "queries_per_second": manifest["queries_per_second"], "factory": manifest["factory"]},
                 check_results=[dg.AssetCheckResult(check_name="recall_floor", passed=recall >= index_cfg.min_recall,
@@ -162,16 +149,16 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
         return _index
 
-    @dg.asset(key=key(CANDIDATES), group_name=GROUP, partitions_def=daily, kinds={"faiss", "delta"},
+    @dg.asset(key=key(CANDIDATES), group_name=GROUP, partitions_def=partitions, kinds={"faiss", "delta"},
               deps=[INDEXES["ads"].asset_key, key("gold.user_embeddings")])
-    def user_ad_candidates(context: dg.AssetExecutionContext, config: ModelVersionConfig, spark: SparkResource,
+    def user_ad_candidates(context: dg.AssetExecutionContext, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
         from gem_model.export.index import read_index
         from gem_model.export.scoring import read_embeddings
         from jobs.export_tables import write_candidates
 
-        ds, version = partition_date(context), _model_version(config, lake)
+        version, ds = model_day(context)
         s = spark.session()
         with _export_lock(context, lake, version, ds):
             index, manifest = read_index(lake.paths.index_dir("ads", version, ds))
@@ -181,13 +168,13 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 raise ValueError(f"the ads index at {lake.paths.index_dir('ads', version, ds)} holds "
                                  f"{manifest['row_count']} ads of {manifest['model_version']} on {manifest['ds']}, "
                                  f"but gold.ad_embeddings has {len(ad_ids)} of {version} on {ds}; rebuild the index: "
-                                 f"materialise indexes/ad_index for partition {ds}")
+                                 f"materialise indexes/ad_index for partition {model_day_key(version, ds)}")
             user_ids, vectors = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, ds,
                                                 _repr_dim(lake, version))
             rows = write_candidates(s, lake.paths, index, user_ids, vectors, lake.config.export.candidates_k,
                                     version, ds, lake.paths.run_staging("candidates", context.run_id),
                                     _lineage(context, version, ds))
-        return dg.MaterializeResult(metadata={"model_version": version, "users": len(user_ids),
+        return dg.MaterializeResult(metadata={"users": len(user_ids),
                                               **table_metadata(s, lake, CANDIDATES, rows)})
 
     index_builds = dg.AssetSpec(

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from dagster_project.defs.lake_tables import daily_partitions, key, partition_date, table_metadata
+from dagster_project.defs.lake_tables import key, table_metadata
+from dagster_project.defs.partitions import daily_partitions, partition_date
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from gem_model.config import GemConfig

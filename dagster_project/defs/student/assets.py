@@ -2,7 +2,8 @@
 
 `student_models` runs `jobs/train_student.py` in a separate process through the launcher
 (Dagster Pipes; one process on one node, whatever the launcher's `nnodes`) on the days after
-the teacher's training window, reading that version's exported logits and embeddings; then
+the teacher's training window, reading that version's exported logits and embeddings (partitioned
+by model version: one partition per teacher version, `dagster_project/defs/partitions.py`); then
 `gold.student_metrics` gets the manifest's metrics, replacing exactly the (model_version,
 student_version) partition, so a re-run never duplicates rows. The student version is named by
 the teacher version, the student config and the calendar: re-materialising unchanged inputs
@@ -16,6 +17,7 @@ import shutil
 import dagster as dg
 
 from dagster_project.defs.lake_tables import contract_check, key, table_metadata
+from dagster_project.defs.partitions import MODEL_VERSIONS
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
@@ -28,10 +30,6 @@ STUDENT_MODELS = dg.AssetKey("student_models")
 STUDENT_METRICS = "gold.student_metrics"
 FINITE_CHECK = dg.AssetCheckSpec("finite_metrics", asset=STUDENT_MODELS, blocking=True,
                                  description="Every student variant has a finite overall ctr AUC and NE")
-
-
-class StudentModelsConfig(dg.Config):
-    model_version: str | None = None  # default: the latest trained teacher ($GEM_HOME/models/LATEST)
 
 
 def _summary(manifest: dict) -> dict[str, object]:
@@ -73,15 +71,16 @@ def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
            dg.AssetSpec(key(STUDENT_METRICS), group_name=GROUP, kinds={"delta"}, deps=[STUDENT_MODELS],
                         description="Per-surface NE/AUC of every student variant, the teacher and the oracle")],
     check_specs=[FINITE_CHECK],
+    partitions_def=MODEL_VERSIONS,
 )
-def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfig, spark: SparkResource,
-                   lake: LakeResource, launcher: JobLauncher):
+def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
+                   launcher: JobLauncher):
     """Train the students of a teacher version on the days after its window and commit their metrics."""
     from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
     from jobs.lake import replace_partition
 
     cfg, paths = lake.config, lake.paths
-    version = config.model_version or lake.latest_model_version()
+    version = context.partition_key
     read_manifest(paths.model_dir(version))  # a missing version fails here, naming the known ones
     name = student_version(cfg, version)
     directory = paths.student_dir(name)
@@ -99,7 +98,7 @@ def student_models(context: dg.AssetExecutionContext, config: StudentModelsConfi
         manifest = read_student_manifest(directory)
     yield dg.MaterializeResult(
         asset_key=STUDENT_MODELS,
-        metadata={"student_version": name, "model_version": version, "path": dg.MetadataValue.path(str(directory)),
+        metadata={"student_version": name, "path": dg.MetadataValue.path(str(directory)),
                   **{f"inference_ms_per_1000/{v}": round(ms, 2) for v, ms in manifest["inference_ms_per_1000"].items()},
                   "rows": dg.MetadataValue.json(manifest["rows"]), **_summary(manifest)},
         data_version=dg.DataVersion(name),
