@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages of the real components that system tests run (tests/test_slurm.py: a one-node Slurm
-# with munge; tests/test_postgres_storage.py: a PostgreSQL server as Dagster's instance storage).
+# with munge; tests/test_browser.py: headless Chromium and its chromedriver against the Dagster UI;
+# tests/test_postgres_storage.py: a PostgreSQL server as Dagster's instance storage).
 # Idempotent: installs only what is missing. Needs root (CI) or sudo.
 set -euo pipefail
-packages=(slurmctld slurmd slurm-client munge postgresql)
+packages=(slurmctld slurmd slurm-client munge chromium chromium-driver postgresql)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
