@@ -47,7 +47,7 @@ def build_definitions(lake: LakeResource | None = None, spark: SparkResource | N
     return dg.Definitions(
         assets=with_provenance([*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack,
                                 student_models], cfg),
-        asset_checks=[*build_feature_checks(), *build_export_checks(),
+        asset_checks=[*build_feature_checks(cfg), *build_export_checks(cfg),
                       *build_student_checks()],
         jobs=jobs,
         schedules=build_schedules(by_name),

@@ -264,6 +264,19 @@ def test_the_ui_shows_which_version_exists_for_which_day_and_the_reports_beside_
     for asset in (["gold", "teacher_logits"], ["indexes", "ad_index"], ["gold", "user_ad_candidates"]):
         assert instance.get_materialized_partitions(dg.AssetKey(asset)) == {f"{d}|{version}" for d in holdout}
     assert instance.get_materialized_partitions(dg.AssetKey("student_models")) == {version}
+    # Checks are tied to the partition they checked.
+    checked: dict[tuple[str, str], set[str | None]] = {}
+    for record in instance.get_event_records(dg.EventRecordsFilter(
+            event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)):
+        evaluation = record.event_log_entry.dagster_event.event_specific_data
+        checked.setdefault((evaluation.asset_key.to_user_string(), evaluation.check_name), set()).add(
+            evaluation.partition)
+    days = {d.isoformat() for d in lake.config.world.days}
+    assert checked[("bronze/events", "row_conservation")] == checked[("gold/training_examples", "contract")] == days
+    assert checked[("gold/teacher_logits", "contract")] == checked[("indexes/ad_index", "recall_floor")] == {
+        f"{d}|{version}" for d in holdout}
+    assert checked[("student_models", "finite_metrics")] == {version}
+    assert checked[("bronze/users", "contract")] == checked[("teacher_model", "holdout_metrics")] == {None}
     teacher = instance.get_latest_materialization_event(dg.AssetKey("teacher_model")).asset_materialization
     baselines = teacher.metadata["baselines"].value.splitlines()
     assert baselines[0].startswith("| metric | this model |") and "oracle" in baselines[0]

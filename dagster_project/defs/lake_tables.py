@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from dagster_project.defs.partitions import partition_columns
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.spark import SparkResource
 from jobs.table_contract import CONTRACT, schema_violations
@@ -57,18 +58,25 @@ def column_schema(table: str, columns: list[tuple[str, str]]) -> dg.TableSchema:
         for name, type_ in columns])
 
 
-def contract_check(table: str, blocking: bool = True) -> dg.AssetChecksDefinition:
-    """Schema matches the contract, the table is non-empty and its key columns have no nulls."""
+def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = None,
+                   blocking: bool = True) -> dg.AssetChecksDefinition:
+    """Schema matches the contract, and the partition checked (the table, if unpartitioned) is non-empty and
+    has no null keys."""
+    scope = "partition" if partitions_def else "table"
 
-    @dg.asset_check(asset=key(table), name="contract", blocking=blocking,
-                    description=f"{table}: contract schema, non-empty, no null keys")
-    def _check(spark: SparkResource, lake: LakeResource) -> dg.AssetCheckResult:
+    @dg.asset_check(asset=key(table), name="contract", blocking=blocking, partitions_def=partitions_def,
+                    description=f"{table}: contract schema, non-empty {scope}, no null keys")
+    def _check(context: dg.AssetCheckExecutionContext, spark: SparkResource,
+               lake: LakeResource) -> dg.AssetCheckResult:
         from pyspark.sql import functions as F
 
         from jobs.lake import read_table
 
         session = spark.session()
         df = read_table(session, lake.paths.table(table))
+        if partitions_def is not None:
+            for column, value in partition_columns(partitions_def, context.partition_key).items():
+                df = df.where(F.col(column) == F.lit(value))
         problems = schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields})
         keys = CONTRACT[table].keys
         counts = df.agg(F.count(F.lit(1)).alias("rows"),
@@ -76,7 +84,7 @@ def contract_check(table: str, blocking: bool = True) -> dg.AssetChecksDefinitio
         rows = int(counts["rows"])
         nulls = {k: int(counts[k] or 0) for k in keys}
         if rows == 0:
-            problems.append("table is empty")
+            problems.append(f"{scope} is empty")
         problems += [f"{n} null values in key column {k}" for k, n in nulls.items() if n]
         return dg.AssetCheckResult(
             passed=not problems,

@@ -11,6 +11,7 @@ ended, so the daily schedule always has a new day to build; a real dataset's cal
 its files.
 """
 
+import warnings
 from datetime import date, timedelta
 
 import dagster as dg
@@ -18,6 +19,11 @@ import dagster as dg
 from gem_model.config import GemConfig
 
 MODEL_VERSIONS = dg.DynamicPartitionsDefinition(name="model_versions")
+
+# Checks are partitioned like their assets, so the UI shows each partition's check (Dagster calls
+# partitioned checks a preview and would say so at every load of the code location).
+warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
+                        category=dg.PreviewWarning)
 
 
 def daily_partitions(cfg: GemConfig) -> dg.DailyPartitionsDefinition:
@@ -42,3 +48,10 @@ def model_day(context: dg.AssetExecutionContext) -> tuple[str, date]:
     """The (model version, day) of a run of a (model_version, ds)-partitioned asset."""
     keys = context.partition_key.keys_by_dimension
     return keys["model_version"], date.fromisoformat(keys["ds"])
+
+
+def partition_columns(partitions_def: dg.PartitionsDefinition, partition_key: str) -> dict[str, str]:
+    """The table columns and values that hold one partition: each dimension is named after its column."""
+    if isinstance(partitions_def, dg.MultiPartitionsDefinition):
+        return dict(partitions_def.get_partition_key_from_str(partition_key).keys_by_dimension)
+    return {"model_version" if partitions_def == MODEL_VERSIONS else "ds": partition_key}

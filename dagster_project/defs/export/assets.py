@@ -113,7 +113,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
         asset_key = spec.asset_key
-        recall_check = dg.AssetCheckSpec("recall_floor", asset=asset_key, blocking=True,
+        recall_check = dg.AssetCheckSpec("recall_floor", asset=asset_key, blocking=True, partitions_def=partitions,
                                          description=f"recall@{cfg.index.recall_k} >= {cfg.index.min_recall}")
 
         @dg.asset(key=asset_key, group_name=GROUP, partitions_def=partitions,
@@ -185,5 +185,6 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
             user_ad_candidates]
 
 
-def build_export_checks() -> list[dg.AssetChecksDefinition]:
-    return [contract_check(table) for table in (*(f"gold.{name}" for name in SCORED_TABLES), CANDIDATES)]
+def build_export_checks(cfg: GemConfig) -> list[dg.AssetChecksDefinition]:
+    partitions = model_day_partitions(cfg)
+    return [contract_check(table, partitions) for table in (*(f"gold.{name}" for name in SCORED_TABLES), CANDIDATES)]

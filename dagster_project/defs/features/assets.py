@@ -123,8 +123,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
             start_offset=-cfg.features.lookback_days, end_offset=0, allow_nonexistent_upstream_partitions=True
         )
 
-    def conservation_spec(table: str) -> list[dg.AssetCheckSpec]:
-        return [dg.AssetCheckSpec(ROW_CONSERVATION, asset=key(table), blocking=True,
+    def conservation_spec(table: str, partitions_def: dg.PartitionsDefinition | None = None) -> list[dg.AssetCheckSpec]:
+        return [dg.AssetCheckSpec(ROW_CONSERVATION, asset=key(table), blocking=True, partitions_def=partitions_def,
                                   description="rows in = accepted + rejected (bronze.rejected_rows)")]
 
     @dg.asset(key=key("bronze.users"), group_name=GROUP, kinds={"spark", "delta"},
@@ -142,14 +142,14 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         return _land(context, config, spark, lake, "bronze.ads")
 
     @dg.asset(key=key("bronze.events"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.events"))
+              check_specs=conservation_spec("bronze.events", daily))
     def bronze_events(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
                       lake: LakeResource) -> dg.MaterializeResult:
         """One day of behaviour events (user, item, action, surface, ts); malformed rows quarantined."""
         return _land(context, config, spark, lake, "bronze.events", partition_date(context))
 
     @dg.asset(key=key("bronze.impressions"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.impressions"))
+              check_specs=conservation_spec("bronze.impressions", daily))
     def bronze_impressions(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """One day of ad impressions with click/conversion labels (and true probabilities where known)."""
@@ -176,7 +176,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
               deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
               kinds={"spark", "delta"},
-              check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"),
+              check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"), partitions_def=daily,
                                              description="most recent first, within max_seq_len; length stats")])
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
                        lake: LakeResource) -> dg.MaterializeResult:
@@ -197,8 +197,9 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
               kinds={"spark", "delta"},
               check_specs=[
                   dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.training_examples"), blocking=True,
+                                    partitions_def=daily,
                                     description="every sequence event is strictly before its impression"),
-                  dg.AssetCheckSpec(LABEL_RATES, asset=key("gold.training_examples"),
+                  dg.AssetCheckSpec(LABEL_RATES, asset=key("gold.training_examples"), partitions_def=daily,
                                     description="click/conversion rate per surface in bounds; null rates"),
               ])
     def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,

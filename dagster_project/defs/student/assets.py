@@ -28,7 +28,7 @@ from jobs.table_contract import CONTRACT
 GROUP = "student"
 STUDENT_MODELS = dg.AssetKey("student_models")
 STUDENT_METRICS = "gold.student_metrics"
-FINITE_CHECK = dg.AssetCheckSpec("finite_metrics", asset=STUDENT_MODELS, blocking=True,
+FINITE_CHECK = dg.AssetCheckSpec("finite_metrics", asset=STUDENT_MODELS, blocking=True, partitions_def=MODEL_VERSIONS,
                                  description="Every student variant has a finite overall ctr AUC and NE")
 
 
@@ -113,4 +113,4 @@ def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake
 
 
 def build_student_checks() -> list[dg.AssetChecksDefinition]:
-    return [contract_check(STUDENT_METRICS)]
+    return [contract_check(STUDENT_METRICS, MODEL_VERSIONS)]
