@@ -35,7 +35,7 @@ if [ $DRY -eq 1 ]; then
     DEVICE=cpu; KERNEL_ENV="GEM_KERNEL_DEVICE=cpu TRITON_INTERPRET=1"
     TRAIN="--batch 64 --steps 3 --warmup 1 --max-len 64"; SCORE="--rows 2048 --chunk 512 --max-len 64"
     PEAK="--n 512 --reps 3"; FAISS="--rows 20000"; ATTN="--batch 16 --max-len 128 --reps 1 --warmup 1"
-    TESTS="softmax and not bfloat16"
+    TESTS="test_parity_random_lengths and triton-softmax-True-2-32"
 else
     DEVICE=cuda; KERNEL_ENV="GEM_KERNEL_DEVICE=cuda TRITON_INTERPRET=0"
     TRAIN="--batch 4096 --steps 100 --warmup 10 --max-len 1024"; SCORE="--rows 1048576 --chunk 16384 --max-len 1024"

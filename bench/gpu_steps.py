@@ -10,7 +10,7 @@ On random examples in the `gold.training_examples` layout (`gem_model.testing.ex
 - train: GEM's real training module (GemTrain in TorchRec's DistributedModelParallel, a world of
   one: fbgemm's table-batched embeddings on the device, Adam on the dense part), a fixed number of
   steps under bf16 autocast (`train.bf16`); examples/s, and model FLOP utilisation = dense FLOPs a
-  step (torch.utils.flop_counter, forward + backward) x steps/s / the measured bf16 peak;
+  step (bench/flops.py, forward + backward) x steps/s / the measured bf16 peak;
 - score: `GemModel.logits` (what jobs/score.py runs per chunk) in chunks of `export.chunk_rows`,
   under bf16 autocast; rows/s and MFU likewise;
 - faiss: an IVF-Flat index (`IVF<4 sqrt N>,Flat`) over N random unit vectors of the model's
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from flops import count_flops  # bench/ is on sys.path when run as a script
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import Batch, features_to_kjt
@@ -102,9 +102,7 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
 
     for _ in range(args.warmup):
         step()
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
+    flops = count_flops(step)[0]
     sync(device)
     started = time.perf_counter()
     for _ in range(args.steps):
@@ -130,8 +128,7 @@ def score(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     kjt = features_to_kjt(table, cfg.features).to(device)
     with autocast(device, args.bf16):
         model.logits(kjt)
-        with FlopCounterMode(display=False) as counter:
-            model.logits(kjt)
+        flops = count_flops(lambda: model.logits(kjt))[0]
         sync(device)
         chunks = math.ceil(args.rows / chunk)
         started = time.perf_counter()
@@ -140,7 +137,7 @@ def score(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         seconds = time.perf_counter() - started
     rate = chunks * chunk / seconds
     result = {"rows_per_second": rate, "rows": chunks * chunk, "chunk_rows": chunk, "bf16": args.bf16,
-              "flops_per_row": counter.get_total_flops() / chunk, "finite": bool(torch.isfinite(logits).all())}
+              "flops_per_row": flops / chunk, "finite": bool(torch.isfinite(logits).all())}
     if args.peak_flops:
         result["mfu"] = result["flops_per_row"] * rate / args.peak_flops
     return result

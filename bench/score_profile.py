@@ -2,14 +2,17 @@
 
     GEM_HOME=/tmp/gh_small python bench/score_profile.py --model-version V --ds 2026-11-08
 
-One process, torch's default threads, the day's three inputs (the users' input is rebuilt here
-with Spark from silver.user_features and gold.user_sequences, as the export asset writes it).
-Phases, summed over every chunk of `export.chunk_rows` rows (the same functions the job calls):
+One process, torch's default threads, the job's `export` settings (`chunk_rows`, `bf16`), the day's
+three inputs (the users' input is rebuilt here with Spark from silver.user_features and
+gold.user_sequences, as the export asset writes it). Phases, summed over every chunk (the same
+functions the job calls):
 start-up (importing torch + torchrec in a fresh interpreter), model load (checksums + DCP),
 read (Delta/Parquet row groups to Arrow), KJT construction, sparse arch (embedding lookups and
 the sequence's jagged tensors), dense arch (towers, or the interaction arch and heads), output
 conversion (tensors to the Arrow tables of the contract) and Parquet write. Then the top
-operators of the impressions' forward by torch.profiler. Prints Markdown and one JSON line.
+operators of the impressions' forward by torch.profiler, and the forward's FLOPs per impression
+(matmuls and attention, bench/flops.py) against the fp32 and bf16 matmul peaks. Prints Markdown
+and one JSON line.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
+from flops import count_flops, matmul_peak  # bench/ is on sys.path when run as a script
 
+from gem_model.config import ExportConfig
 from gem_model.data.loader import features_to_kjt, scan_rank
 from gem_model.export.checkpoint import load_model
 from gem_model.export.scoring import score_embeddings, score_impressions
@@ -43,7 +48,6 @@ def startup_seconds() -> float:
 
 
 def users_input(paths: GemPaths, loaded, ds: date, out: Path) -> Path:
-    from gem_model.config import ExportConfig
     from jobs.export_tables import write_user_input
     from jobs.spark_session import build_spark_session
 
@@ -53,7 +57,7 @@ def users_input(paths: GemPaths, loaded, ds: date, out: Path) -> Path:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Path) -> tuple[dict[str, float], int]:
     """Seconds per phase and rows for one input, timed around the calls `score_embeddings` / `score_impressions`
     make (the forward split at the sparse arch)."""
@@ -69,19 +73,18 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
         chunk_start = time.perf_counter()
         kjt = features_to_kjt(chunk, loaded.config.features)
         times["kjt"] += time.perf_counter() - chunk_start
-        t = time.perf_counter()
-        sparse = model.sparse_arch(kjt)
-        times["sparse"] += time.perf_counter() - t
-        t = time.perf_counter()
-        if name == "teacher_logits":  # GemModel.forward: the heads, and both towers too
-            x = torch.stack([sparse.pooled[n] for n in model.feature_names], dim=1)
-            model.heads(model.interaction(x, sparse), model._domain_ids(kjt))
-            model._user(sparse), model._ad(sparse)
-        elif name == "user_embeddings":
-            F.normalize(model.user_tower(torch.cat([sparse.pooled[n] for n in model.user_features]
-                                                   + [sparse.seq_mean], dim=1)), dim=1)
-        else:
-            F.normalize(model.ad_tower(torch.cat([sparse.pooled[n] for n in model.ad_features], dim=1)), dim=1)
+        with loaded.autocast():
+            t = time.perf_counter()
+            sparse = model.sparse_arch(kjt)
+            times["sparse"] += time.perf_counter() - t
+            t = time.perf_counter()
+            if name == "teacher_logits":  # GemModel.logits: the interaction arch and heads
+                model._logits(kjt, sparse)
+            elif name == "user_embeddings":
+                F.normalize(model.user_tower(torch.cat([sparse.pooled[n] for n in model.user_features]
+                                                       + [sparse.seq_mean], dim=1)), dim=1)
+            else:
+                F.normalize(model.ad_tower(torch.cat([sparse.pooled[n] for n in model.ad_features], dim=1)), dim=1)
         forward_done = time.perf_counter()
         times["dense"] += forward_done - t
         # The job's own call, less the phases above (the same work again), is the output conversion.
@@ -100,38 +103,44 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
     return dict(times), rows
 
 
-@torch.no_grad()
-def top_operators(loaded, source, chunk_rows: int, chunks: int = 5, top: int = 15) -> str:
+@torch.inference_mode()
+def top_operators(loaded, source, chunk_rows: int, chunks: int = 5, top: int = 15) -> tuple[str, float]:
+    """torch.profiler's table of the impressions' forward over `chunks` chunks, and its FLOPs per row."""
     tables = [c for _, c in zip(range(chunks), scan_rank(source.dataset, source.filter, 0, 1, source.columns,
                                                           chunk_rows))]
     kjts = [features_to_kjt(t, loaded.config.features) for t in tables]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for kjt in kjts:
-            loaded.model(kjt)
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+    with loaded.autocast():
+        flops = sum(count_flops(lambda k=kjt: loaded.model.logits(k))[0] for kjt in kjts)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for kjt in kjts:
+                loaded.model.logits(kjt)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top), flops / sum(map(len, tables))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-version", required=True)
     parser.add_argument("--ds", type=date.fromisoformat, required=True)
-    parser.add_argument("--chunk-rows", type=int, default=4096)
+    parser.add_argument("--chunk-rows", type=int, default=ExportConfig().chunk_rows)
+    parser.add_argument("--fp32", action="store_true", help="score in float32 even where export.bf16 would not")
     args = parser.parse_args(argv)
     paths = GemPaths.from_env()
     with tempfile.TemporaryDirectory() as tmp:
         startup = startup_seconds()
         started = time.perf_counter()
-        loaded = load_model(paths.model_dir(args.model_version))
+        loaded = load_model(paths.model_dir(args.model_version), bf16=ExportConfig().bf16 and not args.fp32)
         load = time.perf_counter() - started
         users = users_input(paths, loaded, args.ds, Path(tmp) / "users")
         inputs = scoring_inputs(paths, loaded, args.ds, users)
         per_input = {name: profile_input(loaded, name, source, args.ds, args.chunk_rows, Path(tmp))
                      for name, source in inputs.items()}
-        operators = top_operators(loaded, inputs["teacher_logits"], args.chunk_rows)
+        operators, flops_per_row = top_operators(loaded, inputs["teacher_logits"], args.chunk_rows)
+    peaks = {str(dtype).removeprefix("torch."): matmul_peak(dtype) for dtype in (torch.float32, torch.bfloat16)}
     total_rows = sum(rows for _, rows in per_input.values())
     work = {p: sum(times.get(p, 0.0) for times, _ in per_input.values()) for p in PHASES}
     total = startup + load + sum(work.values())
-    print(f"threads {torch.get_num_threads()}, chunk {args.chunk_rows} rows, {total_rows:,} rows in 3 tables\n")
+    print(f"threads {torch.get_num_threads()}, chunk {args.chunk_rows} rows, bf16 {loaded.bf16}, "
+          f"{total_rows:,} rows in 3 tables\n")
     print("| phase | seconds | share |")
     print("|---|---|---|")
     for phase, seconds in (("start-up (import torch, torchrec)", startup), ("model load", load), *work.items()):
@@ -141,9 +150,16 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|" + "---|" * len(PHASES))
     for name, (times, rows) in per_input.items():
         print(f"| {name} | {rows:,} | " + " | ".join(f"{times.get(p, 0.0):.2f}" for p in PHASES) + " |")
+    impressions, times = per_input["teacher_logits"][1], per_input["teacher_logits"][0]
+    achieved = flops_per_row * impressions / (times["sparse"] + times["dense"])
+    print(f"\nThe impressions' forward: {flops_per_row / 1e6:.2f} MFLOP a row (matmuls and attention), "
+          f"{achieved / 1e9:.1f} GFLOP/s; matmul peak "
+          + ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s ({achieved / v:.1%})" for k, v in peaks.items()))
     print("\nTop operators of the impressions' forward (torch.profiler, 5 chunks):\n")
     print(operators)
-    print(json.dumps({"rows": total_rows, "startup_s": startup, "load_s": load,
+    print(json.dumps({"rows": total_rows, "bf16": loaded.bf16, "chunk_rows": args.chunk_rows, "startup_s": startup,
+                      "load_s": load, "flops_per_impression": flops_per_row, "forward_flops_per_second": achieved,
+                      "peak_flops_per_second": peaks,
                       **{f"{p}_s": s for p, s in work.items()},
                       "inputs": {n: {"rows": r, **t} for n, (t, r) in per_input.items()}}))
 

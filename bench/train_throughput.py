@@ -6,9 +6,9 @@
 Reads the training runs `bench/model_quality.py` left in $GEM_HOME/models for the same preset
 and overrides (examples/s over the training steps, all ranks together, from each manifest),
 counts the dense FLOPs of one training step per example with torch.utils.flop_counter on a real
-batch (forward + backward of every matmul, bmm and attention; embedding lookups are
-memory-bound and not counted), and measures the peak as the best fp32 2048x2048 matmul rate
-with all cores. Prints a markdown table.
+batch (forward + backward of every matmul, bmm and attention, the CPU attention kernel included:
+bench/flops.py; embedding lookups are memory-bound and not counted), and measures the peak as the
+best fp32 2048x2048 matmul rate with all cores. Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import torch
-from model_quality import VARIANTS, variant_version  # bench/ is on sys.path when run as a script
-from torch.utils.flop_counter import FlopCounterMode
+from flops import count_flops, matmul_peak  # bench/ is on sys.path when run as a script
+from model_quality import VARIANTS, variant_version
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import ExampleStream
@@ -30,26 +29,18 @@ from gem_model.models.train_wrapper import GemTrain
 from gem_model.paths import GemPaths
 
 
-def matmul_peak(n: int = 2048, reps: int = 10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    best = float("inf")
-    for _ in range(reps):
-        started = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
-    return 2 * n**3 / best
-
-
 def dense_flops_per_example(cfg: GemConfig, paths: GemPaths) -> float:
     stream = ExampleStream(paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size,
                            end=cfg.world.holdout_start)
     batch = next(iter(stream))
     torch.manual_seed(0)
     module = GemTrain(GemModel(cfg.features, cfg.model), cfg.train)
-    with FlopCounterMode(display=False) as counter:
+
+    def step() -> None:
         loss, _ = module(batch.features, batch.clicked, batch.converted, batch.valid)
         loss.backward()
-    return counter.get_total_flops() / int(batch.valid.sum())
+
+    return count_flops(step)[0] / int(batch.valid.sum())
 
 
 def main(argv: list[str] | None = None) -> None:

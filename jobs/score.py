@@ -117,7 +117,7 @@ def _score_input(loaded: LoadedModel, source: ScoringInput, ds: date, env: DistE
 def score_day(paths: GemPaths, model_version: str, ds: date, users: Path, out: Path, env: DistEnv,
               export: ExportConfig, log: Callable[[str], None]) -> dict[str, int]:
     """Score this rank's shards of the day; returns the row counts summed over all ranks."""
-    loaded = load_model(paths.model_dir(model_version), env.device)
+    loaded = load_model(paths.model_dir(model_version), env.device, bf16=export.bf16)
     counts = {}
     for name, source in scoring_inputs(paths, loaded, ds, users).items():
         share = sum(f.count_rows(filter=source.filter) for f in

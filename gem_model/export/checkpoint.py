@@ -29,10 +29,22 @@ class LoadedModel:
     config: GemConfig
     manifest: dict[str, Any]
     device: torch.device
+    bf16: bool = False  # autocast scoring's forward to bfloat16 (see `bf16_supported`)
 
     @property
     def version(self) -> str:
         return str(self.manifest["model_version"])
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 in hardware: a CUDA GPU that does, or a CPU with AVX512-BF16 or
+    AMX (torch.cpu's own probes). Elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def teacher_config(manifest: dict[str, Any]) -> GemConfig:
@@ -41,8 +53,9 @@ def teacher_config(manifest: dict[str, Any]) -> GemConfig:
     return GemConfig.from_dict({k: v for k, v in manifest["config"].items() if k not in DOWNSTREAM_SECTIONS})
 
 
-def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedModel:
-    """The model version at `model_dir`, unsharded, in eval mode on `device` (CPU when None)."""
+def load_model(model_dir: Path, device: torch.device | None = None, bf16: bool = False) -> LoadedModel:
+    """The model version at `model_dir`, unsharded, in eval mode on `device` (CPU when None); `bf16` asks
+    for bfloat16 scoring, granted where the device supports it (`bf16_supported`)."""
     manifest = read_manifest(model_dir)
     checkpoint = model_dir / "checkpoint"
     if not checkpoint.is_dir():
@@ -59,4 +72,4 @@ def load_model(model_dir: Path, device: torch.device | None = None) -> LoadedMod
     model.load_state_dict({k.removeprefix(_PREFIX): v for k, v in state.items()})
     device = device or torch.device("cpu")
     model.to(device).eval()
-    return LoadedModel(model, config, manifest, device)
+    return LoadedModel(model, config, manifest, device, bf16=bf16 and bf16_supported(device))

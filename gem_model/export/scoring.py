@@ -26,8 +26,8 @@ def _embedding_array(vectors: np.ndarray) -> pa.Array:
 
 
 def _stamp(columns: dict[str, pa.Array], n: int, loaded: LoadedModel, ds: date) -> pa.Table:
-    columns["model_version"] = pa.array([loaded.version] * n, pa.string())
-    columns["ds"] = pa.array([ds] * n, pa.date32())
+    columns["model_version"] = pa.repeat(pa.scalar(loaded.version, pa.string()), n)
+    columns["ds"] = pa.repeat(pa.scalar(ds, pa.date32()), n)
     return pa.table(columns)
 
 
@@ -35,11 +35,12 @@ def _features(loaded: LoadedModel, rows: pa.Table) -> KeyedJaggedTensor:
     return features_to_kjt(rows, loaded.config.features).to(loaded.device)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def score_embeddings(loaded: LoadedModel, rows: pa.Table, id_column: str, ds: date) -> pa.Table:
     """One embedding per row of `rows` (users: their features and sequence as of `ds`; ads: silver.ad_features)."""
     embed = loaded.model.user_embedding if id_column == "user_id" else loaded.model.ad_embedding
-    vectors = embed(_features(loaded, rows)).float().cpu().numpy()
+    with loaded.autocast():
+        vectors = embed(_features(loaded, rows)).float().cpu().numpy()
     if not np.isfinite(vectors).all():
         raise FloatingPointError(f"model {loaded.version} produced non-finite {id_column} embeddings")
     columns = {id_column: rows.column(id_column).cast(pa.int64()), "embedding": _embedding_array(vectors)}
@@ -69,10 +70,11 @@ def read_embeddings(paths: GemPaths, table: str, id_column: str, model_version: 
     return rows.column(id_column).to_numpy(), vectors
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def score_impressions(loaded: LoadedModel, examples: pa.Table, ds: date) -> pa.Table:
     """gold.teacher_logits rows: one `<task>_logit` column per task for each impression."""
-    logits = loaded.model(_features(loaded, examples)).logits.float().cpu().numpy()
+    with loaded.autocast():
+        logits = loaded.model.logits(_features(loaded, examples)).float().cpu().numpy()
     columns = {c: examples.column(c) for c in ("impression_id", "user_id", "ad_id", "surface")}
     for i, task in enumerate(loaded.config.model.tasks):
         columns[f"{task}_logit"] = pa.array(logits[:, i].astype(np.float32))

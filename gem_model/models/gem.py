@@ -77,11 +77,18 @@ class GemModel(nn.Module):
                              "embed users or ads alone with user_embedding() / ad_embedding()")
         return jt.values()  # one id per row, in row order
 
+    def _logits(self, features: KeyedJaggedTensor, sparse: SparseOutput) -> torch.Tensor:
+        x = torch.stack([sparse.pooled[n] for n in self.feature_names], dim=1)  # [B, F, D]
+        return self.heads(self.interaction(x, sparse), self._domain_ids(features))
+
     def forward(self, features: KeyedJaggedTensor) -> GemOutput:
         sparse = self.sparse_arch(features)
-        x = torch.stack([sparse.pooled[n] for n in self.feature_names], dim=1)  # [B, F, D]
-        logits = self.heads(self.interaction(x, sparse), self._domain_ids(features))
-        return GemOutput(logits=logits, user_embedding=self._user(sparse), ad_embedding=self._ad(sparse))
+        return GemOutput(logits=self._logits(features, sparse), user_embedding=self._user(sparse),
+                         ad_embedding=self._ad(sparse))
+
+    def logits(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        """[B, T] task logits alone: scoring skips the two towers that forward() also runs for training."""
+        return self._logits(features, self.sparse_arch(features))
 
     def user_embedding(self, features: KeyedJaggedTensor) -> torch.Tensor:
         """[B, R] embeddings of the users in `features` (ad features may be empty)."""
