@@ -85,9 +85,10 @@ def _bucketed_jagged_attention(
     if not buckets:  # L == 0: an empty result that still has a grad_fn to q, k and v
         return (q + k + v) * 0
     # One gather of every bucket's padded tokens and one gather back, so that the backward is one scatter
-    # over [L] per input rather than one per bucket.
+    # over [L] per input rather than one per bucket. index_select, not t[index]: its backward is an
+    # index_add, and on CPU both directions run 2-3x faster than advanced indexing.
     index = torch.cat([bucket_index.flatten() for bucket_index, _, _ in buckets]).to(q.device)
-    qg, kg, vg = (t[index] for t in (q, k, v))  # [P, H, Dh], P = padded tokens of all buckets
+    qg, kg, vg = (t.index_select(0, index) for t in (q, k, v))  # [P, H, Dh], P = padded tokens of all buckets
     outs = []
     first = 0
     for bucket_index, valid, lengths in buckets:
@@ -99,7 +100,7 @@ def _bucketed_jagged_attention(
     valid = torch.cat([valid.flatten() for _, valid, _ in buckets])
     source = torch.empty(q.shape[0], dtype=torch.int64)
     source[index.cpu()[valid]] = valid.nonzero().squeeze(1)  # token t's output is padded slot source[t]
-    return torch.cat(outs)[source.to(q.device)]
+    return torch.cat(outs).index_select(0, source.to(q.device))
 
 
 def _length_buckets(offsets: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:

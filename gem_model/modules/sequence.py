@@ -74,7 +74,7 @@ class PersonalizedFFN(nn.Module):
         self.down, self.up = nn.Linear(dim, rank, bias=False), nn.Linear(rank, dim)
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        return x + self.up(self.down(x) * gate[rows])
+        return x + self.up(self.down(x) * gate.index_select(0, rows))
 
 
 class SequenceLayer(nn.Module):
@@ -97,10 +97,11 @@ class SequenceLayer(nn.Module):
         merged, merged_lengths, token_at, cls_at = concat_rows(
             tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
         merged = self.block(merged, merged_lengths, max_len + n_cls)
-        kept, kept_lengths, dropped_mean, pooled = keep_first(merged[token_at], lengths, self.keep)
+        kept, kept_lengths, dropped_mean, pooled = keep_first(merged.index_select(0, token_at), lengths, self.keep)
         # Older tokens beyond `keep` survive as one mean token at the end of the row.
-        out, out_lengths, _, _ = concat_rows(kept, kept_lengths, dropped_mean[pooled], pooled.long())
-        return out, out_lengths, merged[cls_at].view(b, n_cls, dim)
+        pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))
+        out, out_lengths, _, _ = concat_rows(kept, kept_lengths, pooled_means, pooled.long())
+        return out, out_lengths, merged.index_select(0, cls_at).view(b, n_cls, dim)
 
 
 class SequenceSummary(nn.Module):
