@@ -61,12 +61,14 @@ class GemModel(nn.Module):
         self.heads = MultiSurfaceHeads(self.interaction.out_dim, config.shared_dims, config.surface_dims,
                                        spec.domain.buckets, len(config.tasks))
 
+    # Normalised in float32 even under bf16 autocast: unit norms to 1e-6, as the indexes' inner products assume.
     def _user(self, sparse: SparseOutput) -> torch.Tensor:
         parts = [sparse.pooled[n] for n in self.user_features] + [sparse.seq_mean]
-        return F.normalize(self.user_tower(torch.cat(parts, dim=1)), dim=1)
+        return F.normalize(self.user_tower(torch.cat(parts, dim=1)).float(), dim=1)
 
     def _ad(self, sparse: SparseOutput) -> torch.Tensor:
-        return F.normalize(self.ad_tower(torch.cat([sparse.pooled[n] for n in self.ad_features], dim=1)), dim=1)
+        tower = self.ad_tower(torch.cat([sparse.pooled[n] for n in self.ad_features], dim=1))
+        return F.normalize(tower.float(), dim=1)
 
     def _domain_ids(self, features: KeyedJaggedTensor) -> torch.Tensor:
         """[B] embedding-row id of each row's surface (the heads' domain)."""
