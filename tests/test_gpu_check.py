@@ -16,14 +16,37 @@ def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     status = {r["step"]: r["status"] for r in lines if "status" in r}
-    assert status == dict.fromkeys(("peak", "kernel_tests", "attention", "train", "score", "faiss"), "ok")
+    assert status == dict.fromkeys(
+        ("peak", "kernel_tests", "attention", "train", "train_torch_embeddings", "score", "faiss"), "ok")
     results = {r["step"]: r for r in lines if "status" not in r}
+    trains = {r["embeddings"]: r for r in lines if r["step"] == "train" and "status" not in r}
+    assert set(trains) == {"fbgemm", "torch"} and trains["torch"]["steps"] == 3 and trains["torch"]["loss"] > 0
     assert results["kernel_tests_counts"]["tests"] >= 1 and results["kernel_tests_counts"]["failures"] == 0
     assert results["peak"]["bf16_flops_per_second"] > 0 and results["peak"]["fp32_flops_per_second"] > 0
-    train = results["train"]
+    train = trains["fbgemm"]
     assert train["steps"] == 3 and train["examples_per_second"] > 0 and train["dense_flops_per_example"] > 0
     assert 0 < train["mfu"] < 1 and train["loss"] > 0
     score = results["score"]
-    assert score["finite"] and score["rows"] == 2048 and 0 < score["mfu"] < 1
+    assert score["finite"] and score["rows"] == 2048 and 0 < score["mfu"] < 1 and 0 < score["forward_mfu"] < 1
+    assert score["max_abs_difference_from_cpu_fp32"] < 0.05  # bf16 autocast against float32
     assert results["faiss"]["recall_at_10"] > 0.5 and not results["faiss"]["on_gpu"]
     assert {r["path"] for r in lines if r["step"] == "attention" and "path" in r} == {"jagged", "padded"}
+
+
+def test_the_torch_fallbacks_of_fbgemm_operators_equal_fbgemm():
+    """What bench/gpu_steps.py registers on a GPU whose fbgemm has no CUDA kernels, against fbgemm on the CPU."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from gpu_steps import _complete_cumsum, _jagged_to_padded_dense_backward, _jagged_to_padded_dense_forward
+
+    lengths = torch.tensor([3, 0, 5, 1, 7])
+    offsets = _complete_cumsum(lengths)
+    assert torch.equal(offsets, torch.ops.fbgemm.asynchronous_complete_cumsum(lengths))
+    values = torch.randn(int(lengths.sum()), 4)
+    for max_length in (1, 4, 8):
+        dense = torch.ops.fbgemm.jagged_to_padded_dense_forward(values, [offsets], [max_length], -1.0)
+        assert torch.equal(_jagged_to_padded_dense_forward(values, [offsets], [max_length], -1.0), dense)
+        grad = torch.randn_like(dense)
+        expected = torch.ops.fbgemm.jagged_to_padded_dense_backward(grad, [offsets], values.shape[0])
+        assert torch.equal(_jagged_to_padded_dense_backward(grad, [offsets], values.shape[0]), expected)

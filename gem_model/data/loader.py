@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import torch
-from deltalake import DeltaTable
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import FeatureSpec
@@ -36,6 +35,8 @@ def open_delta(path: Path, version: int | None = None) -> pads.Dataset:
     """An Arrow dataset over the Delta table at `path`, at `version` (latest when None)."""
     if not (Path(path) / "_delta_log").is_dir():
         raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
+    from deltalake import DeltaTable  # here, not at import: the model and its GPU check run without Delta
+
     return DeltaTable(str(path), version=version).to_pyarrow_dataset()
 
 

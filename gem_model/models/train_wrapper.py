@@ -36,10 +36,13 @@ class GemTrain(nn.Module):
         out = self.model(features)
         weight = valid.float()
         n = weight.sum().clamp(min=1.0)
-        p_ctr, p_ctcvr = esmm_probabilities(out.logits)
-        ctr_loss = (F.binary_cross_entropy_with_logits(out.logits[:, 0], clicked, reduction="none") * weight)
-        ctcvr_loss = F.binary_cross_entropy(p_ctcvr.clamp(1e-7, 1 - 1e-7), converted, reduction="none") * weight
-        loss = (ctr_loss.sum() + ctcvr_loss.sum()) / n
+        logits = out.logits.float()
+        # In float32 outside autocast: CUDA's bf16 autocast refuses binary_cross_entropy (train.bf16).
+        with torch.autocast(logits.device.type, enabled=False):
+            _, p_ctcvr = esmm_probabilities(logits)
+            ctr_loss = F.binary_cross_entropy_with_logits(logits[:, 0], clicked, reduction="none") * weight
+            ctcvr_loss = F.binary_cross_entropy(p_ctcvr.clamp(1e-7, 1 - 1e-7), converted, reduction="none") * weight
+            loss = (ctr_loss.sum() + ctcvr_loss.sum()) / n
         pairs = (clicked > 0.5) & valid
         if self.retrieval_weight > 0 and int(pairs.sum()) > 1:
             u, a = out.user_embedding[pairs], out.ad_embedding[pairs]
