@@ -352,7 +352,8 @@ class WorldConfig:
         return self.n_ads - round(self.n_ads * self.new_ad_fraction)
 
 
-DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit")
+DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit", "frappe",
+                                 "mapping")
 
 
 @dataclass(frozen=True)
@@ -366,6 +367,8 @@ class DataConfig:
 
     source: str = "synthetic"
     data_dir: str = ""
+    # source "mapping": the user's own logs mapped onto bronze by this file (YAML or JSON; docs/datasets.md).
+    mapping: str = ""
     # The label-rate check: per-surface click rate must lie in these bounds, judged only on
     # surfaces with at least `label_check_min_rows` impressions in the partition.
     click_rate_bounds: tuple[Fraction, Fraction] = (0.001, 0.8)
@@ -378,6 +381,9 @@ class DataConfig:
         _validate(self, "data")
         if self.source not in DATA_SOURCES:
             raise ConfigError(f"data.source={self.source!r} is not one of {list(DATA_SOURCES)}")
+        if self.mapping and self.source != "mapping":
+            raise ConfigError(f"data.mapping={self.mapping!r} is set but data.source={self.source!r}; set data.source "
+                              "to 'mapping' to read it (GEM_SOURCE_MAPPING sets both)")
         low, high = self.click_rate_bounds
         if low > high:
             raise ConfigError(f"data.click_rate_bounds={list(self.click_rate_bounds)}: the low bound exceeds the "
@@ -773,6 +779,8 @@ DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
 LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
+# Settings added after teachers were named: hashed only when set, so that every existing name stays.
+LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"mapping": ""}}
 
 
 @dataclass(frozen=True)
@@ -808,8 +816,10 @@ class GemConfig:
         return PRESETS[name]
 
     @staticmethod
-    def load(preset: str, overrides_path: str | None = None, data_source: str | None = None) -> GemConfig:
-        """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`.
+    def load(preset: str, overrides_path: str | None = None, data_source: str | None = None,
+             mapping: str | None = None) -> GemConfig:
+        """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`,
+        then by a source `mapping` file (which makes the source "mapping").
 
         Any problem with the file (missing, empty, not JSON, not an object, a bad key or value) is a
         `ConfigError` whose message starts with the file's path.
@@ -826,13 +836,16 @@ class GemConfig:
                 cfg = GemConfig.from_dict({"data": {"source": data_source}}, base=cfg)
             except ConfigError as e:
                 raise ConfigError(f"data source {data_source!r} (GEM_DATA_SOURCE or --data-source): {e}") from None
+        if mapping:
+            cfg = GemConfig.from_dict({"data": {"source": "mapping", "mapping": mapping}}, base=cfg)
         return cfg
 
     @staticmethod
     def from_env() -> GemConfig:
-        """GEM_PRESET (default `tiny`), overridden by GEM_CONFIG (a JSON file) and GEM_DATA_SOURCE."""
+        """GEM_PRESET (default `tiny`), overridden by GEM_CONFIG (a JSON file), GEM_DATA_SOURCE and
+        GEM_SOURCE_MAPPING."""
         return GemConfig.load(os.environ.get("GEM_PRESET", "tiny"), os.environ.get("GEM_CONFIG") or None,
-                              os.environ.get("GEM_DATA_SOURCE") or None)
+                              os.environ.get("GEM_DATA_SOURCE") or None, os.environ.get("GEM_SOURCE_MAPPING") or None)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_jsonable(dataclasses.asdict(self))
@@ -859,6 +872,8 @@ class GemConfig:
         teacher = {k: v for k, v in self.to_dict().items() if k not in DOWNSTREAM_SECTIONS}
         for section, names in LANDING_GUARDS.items():
             teacher[section] = {k: v for k, v in teacher[section].items() if k not in names}
+        for section, defaults in LATER_SETTINGS.items():
+            teacher[section] = {k: v for k, v in teacher[section].items() if k not in defaults or v != defaults[k]}
         return hashlib.sha256(json.dumps(teacher, sort_keys=True).encode()).hexdigest()[:10]
 
 

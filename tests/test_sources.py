@@ -145,6 +145,16 @@ def raw_open_bandit(folder: Path) -> Raw:
     return Raw(len(rows), sum(r["click"] == "1" for r in rows), 0, len(users), items, _largest(paths))
 
 
+def raw_frappe(folder: Path) -> Raw:
+    paths = [folder / "valid.csv", folder / "test.csv"]
+    rows = [r for path in paths for r in _dicts(path)]
+    repeated = _repeats([tuple(r.values()) for r in rows])  # no id: a repeated line is the duplicate
+    return Raw(len(rows), sum(r["label"] == "1" for r in rows), 0, len({r["user"] for r in rows}),
+               len({r["item"] for r in rows}), _largest(paths), holdout_file="frappe-test-",
+               repeats={"duplicate_line": sum(repeated)},
+               repeated_clicks=sum(r["label"] == "1" and again for r, again in zip(rows, repeated)))
+
+
 # source -> (folder, raw counter, (rows, clicks, conversions) as SOURCE.md states them)
 DATASETS = {
     "taobao": ("taobao_ad_display_click", raw_taobao, (2000 + 500, 97 + 210, 0)),
@@ -152,6 +162,7 @@ DATASETS = {
     "aliexpress": ("aliexpress", raw_aliexpress, (100 + 100 + 100 + 20, 3 + 6 + 60 + 10, 2 + 1 + 2 + 2)),
     "criteo": ("criteo_kaggle_dac", raw_criteo, (200 + 1599, 49 + 334, 0)),
     "open_bandit": ("open_bandit_dataset", raw_open_bandit, (60_000, 38 + 46 + 46 + 42 + 69 + 46, 0)),
+    "frappe": ("frappe_x1", raw_frappe, (57_722 + 28_860, 19_063 + 9_536, 0)),  # a source mapping's
 }
 
 def _config(name: str) -> GemConfig:

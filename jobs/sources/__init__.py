@@ -29,6 +29,8 @@ MODULES = {
     "aliexpress": "jobs.sources.aliexpress",
     "criteo": "jobs.sources.criteo",
     "open_bandit": "jobs.sources.open_bandit",
+    "frappe": "jobs.sources.mapped",  # jobs/sources/mappings/frappe.yaml
+    "mapping": "jobs.sources.mapped",  # the user's own mapping file (data.mapping)
 }
 
 
@@ -58,5 +60,5 @@ def data_dir(cfg: GemConfig) -> Path:
 
 def build_source(spark: SparkSession, cfg: GemConfig) -> Source:
     module = importlib.import_module(MODULES[cfg.data.source])
-    root = None if cfg.data.source == "synthetic" else data_dir(cfg)
+    root = None if cfg.data.source in ("synthetic", "mapping") else data_dir(cfg)
     return module.Source(spark, cfg, root)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -44,7 +45,6 @@ from pyspark.sql.window import Window
 
 from jobs.features.quarantine import LINE_COLUMN
 
-SEPARATOR = ","
 LABEL_VALUES = ("0", "1")
 
 
@@ -67,9 +67,11 @@ class TextFile:
     name: str
     fields: tuple[Field, ...]
     header: tuple[str, ...] | None  # the header line's fields exactly; None for a file without one
-    labels: tuple[str, ...] = ()  # columns whose field must be 0 or 1
+    labels: tuple[str, ...] = ()  # columns whose field must be one of `label_values`
+    label_values: tuple[str, ...] = LABEL_VALUES  # exactly as written in the file
     key: tuple[str, ...] = ()  # columns identifying a line within the file; (): the whole line, within the source
     timestamp_format: str | None = None  # how `timestamp` fields are written
+    separator: str = ","  # one character; fields in double quotes may hold it
 
     @property
     def n_fields(self) -> int:
@@ -91,7 +93,7 @@ def check_header(path: Path, text_file: TextFile) -> None:
         return
     with path.open("rb") as fh:
         first = fh.readline().rstrip(b"\r\n").decode("utf-8", errors="replace").removeprefix("\ufeff")
-    found = tuple(next(csv.reader([first]), []))
+    found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
     if found != text_file.header:
         missing = [c for c in text_file.header if c not in found]
         unexpected = [c for c in found if c not in text_file.header]
@@ -180,9 +182,9 @@ def _csv_schema(n_fields: int) -> str:
     return ", ".join(f"_{i} string" for i in range(n_fields))
 
 
-def _field_count(value: Column) -> Column:
+def _field_count(value: Column, separator: str) -> Column:
     """Separators outside double quotes, plus one (an unterminated quote runs to the end of the line)."""
-    return F.size(F.split(F.regexp_replace(value, '"[^"]*("|$)', ""), SEPARATOR))
+    return F.size(F.split(F.regexp_replace(value, '"[^"]*("|$)', ""), re.escape(separator)))
 
 
 def _quoted(name: str) -> str:
@@ -215,7 +217,7 @@ def _field_sql(layout: TextFile) -> tuple[list[str], list[str]]:
             token = f"_csv._{start}"
             columns.append(f"{_typed(token, field.type, layout.timestamp_format)} AS {name}")
             if field.name in layout.labels:
-                allowed = ", ".join(map(_string, LABEL_VALUES))
+                allowed = ", ".join(map(_string, layout.label_values))
                 failures.append(f"WHEN {token} IS NULL OR {token} NOT IN ({allowed}) "
                                 f"THEN {_string(f'invalid_label_{field.name}')}")
             elif field.type != "string":
@@ -237,12 +239,13 @@ def _parse(lines: DataFrame, layout: TextFile) -> DataFrame:
     Each step is its own projection referring to the one before by name, so `from_csv` and each cast
     run once per line (an expression built from another's parts would repeat them).
     """
-    n = _field_count(F.col("value"))
+    n = _field_count(F.col("value"), layout.separator)
     structure = (F.when(~F.is_valid_utf8("value"), F.lit("invalid_utf8"))
                  .when(n < layout.n_fields, F.lit("too_few_fields"))
                  .when(n > layout.n_fields, F.lit("too_many_fields")))
     checked = lines.select("*", structure.alias("_structure"))
-    csv_fields = F.when(F.col("_structure").isNull(), F.from_csv("value", _csv_schema(layout.n_fields)))
+    csv_fields = F.when(F.col("_structure").isNull(),
+                        F.from_csv("value", _csv_schema(layout.n_fields), {"sep": layout.separator}))
     checked = checked.select("*", csv_fields.alias("_csv"))
     columns, failures = _field_sql(layout)
     typed = checked.selectExpr(*columns, "_file", "_row", "impression_id", "_source_file", "_number", "_scope",

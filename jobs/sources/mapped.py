@@ -1,0 +1,115 @@
+"""A `jobs.sources.Source` defined by a source mapping (`jobs.sources.mapping`), no Python needed.
+
+`data.source = "mapping"` reads the mapping at `data.mapping` (or $GEM_SOURCE_MAPPING), its files found
+relative to the mapping file; a built-in source whose format a mapping can express (Frappe) is a
+mapping under `jobs/sources/mappings/`, its files relative to the datasets folder. The files are read
+strictly (`jobs.sources.lines`), laid out on the calendar like every real dataset's
+(`jobs.sources.timeline`), and the behaviour events are the clicks.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import cached_property
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from gem_model.config import ConfigError, GemConfig
+from jobs.features.quarantine import LINE_COLUMN
+from jobs.sources.lines import parsed, read_text_files
+from jobs.sources.mapping import Label, SourceMapping, load_mapping
+from jobs.sources.timeline import click_events, derived_id, spread_over_days
+
+BUILT_IN = Path(__file__).with_name("mappings")
+INTEGRAL = ("int", "bigint")
+
+
+def mapping_of(cfg: GemConfig) -> tuple[SourceMapping, Path | None]:
+    """The source's mapping, and the folder its relative paths start from (None: the datasets folder)."""
+    if cfg.data.source != "mapping":
+        return load_mapping(BUILT_IN / f"{cfg.data.source}.yaml"), None
+    if not cfg.data.mapping:
+        raise ConfigError("data.source='mapping' needs the mapping file: set data.mapping or GEM_SOURCE_MAPPING "
+                          "(docs/datasets.md has a complete example)")
+    path = Path(cfg.data.mapping).expanduser().resolve()
+    return load_mapping(path), path.parent
+
+
+class Source:
+    def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path | None) -> None:
+        self.spark, self.world = spark, cfg.world
+        self.mapping, base = mapping_of(cfg)
+        self.folder = (base or root or Path()) / self.mapping.folder
+        surfaces = [self.mapping.surface.constant] if self.mapping.surface.constant else \
+            [s for _, s in self.mapping.surface.values]
+        unknown = sorted(set(surfaces) - set(cfg.world.surfaces))
+        if unknown:
+            raise ConfigError(f"source mapping {self.mapping.name!r}: surface {unknown} is not one of world.surfaces "
+                              f"{list(cfg.world.surfaces)}; map the codes onto those (or add the surface there)")
+
+    @cached_property
+    def _rows(self) -> DataFrame:
+        return read_text_files(self.spark, self.folder, self.mapping.name, self.mapping.text_files)
+
+    @cached_property
+    def _laid_out(self) -> DataFrame:
+        order = [F.col(self.mapping.order_by)] if self.mapping.order_by else []
+        return spread_over_days(self._rows, [*order, F.col("_file"), F.col("_row")], self.world)
+
+    def _id(self, column: str) -> Column:
+        """An integral id column as it is; any other (text ids) as a stable derived id."""
+        kind = dict((f.name, f.type) for f in self.mapping.layout.fields)[column]
+        return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
+
+    def _surface(self) -> tuple[Column, Column]:
+        surface = self.mapping.surface
+        if surface.constant:
+            return F.lit(surface.constant), F.lit(None).cast("string")
+        codes = F.create_map(*[F.lit(x) for pair in surface.values for x in pair])
+        code = F.col(surface.column).cast("string")
+        return F.try_element_at(codes, code), code
+
+    def impressions(self, ds: date) -> DataFrame:
+        """bronze.impressions (raw) of day `ds`, with the mapping's features as the dataset's own columns."""
+        m = self.mapping
+        surface, source_surface = self._surface()
+        converted = _positive(m.converted) if m.converted else F.lit(False)
+        return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
+            "impression_id", "ts", "ds", self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("ad_id"),
+            surface.alias("surface"), F.lit(None).cast("int").alias("position"),
+            _positive(m.clicked).alias("clicked"), converted.alias("converted"),
+            F.lit(None).cast("double").alias("p_click"), F.lit(None).cast("double").alias("p_convert"),
+            source_surface.alias("source_surface"), *[F.col(c).alias(n) for n, c in m.features], LINE_COLUMN,
+        )
+
+    def events(self, ds: date) -> DataFrame:
+        """The day's clicks."""
+        return click_events(self.impressions(ds))
+
+    def users(self) -> DataFrame:
+        """bronze.users: each user's attributes and features from its earliest parsed row."""
+        return self._dimension(self.mapping.user_id, "user_id", self.mapping.users.attributes,
+                               self.mapping.users.features, {"age_bucket": "string", "country": "string",
+                                                             "device": "string"})
+
+    def ads(self) -> DataFrame:
+        """bronze.ads: each ad's attributes and features from its earliest parsed row."""
+        return self._dimension(self.mapping.ad_id, "ad_id", self.mapping.ads.attributes, self.mapping.ads.features,
+                               {"advertiser_id": "bigint", "category": "bigint", "ad_format": "string",
+                                "objective": "string"})
+
+    def _dimension(self, column: str, key: str, attributes: tuple[tuple[str, str | None], ...],
+                   features: tuple[str, ...], types: dict[str, str]) -> DataFrame:
+        values = [F.col(c).alias(a) for a, c in attributes if c] + [F.col(f) for f in features]
+        rows = self._rows.where(parsed()).select(self._id(column).alias(key), "_file", "_row", *values)
+        wanted = [F.lit(0).alias("_"), *[a for a, c in attributes if c], *features]  # a struct needs a field
+        first = rows.groupBy(key).agg(F.min_by(F.struct(*wanted), F.struct("_file", "_row")).alias("v"))
+        return first.select(key, *[(F.col(f"v.{a}") if c else F.lit(None)).cast(types[a]).alias(a)
+                                   for a, c in attributes],
+                            *[F.col(f"v.{f}").alias(f) for f in features])
+
+
+def _positive(label: Label) -> Column:
+    return F.col(label.column).cast("string").isin(*label.positive)

@@ -1,0 +1,253 @@
+"""A source mapping: one file (YAML or JSON) that maps a user's own delimited logs onto the bronze tables.
+
+    name: my_logs                       # [a-z0-9_]+: impression ids <name>-<file stem>-<row>
+    impressions:
+      folder: logs                      # relative to data.data_dir (or absolute)
+      files: [train.csv, test.csv]      # read in this order: a later file takes the later days
+      separator: ","
+      header: true                      # the first line must name `columns`, in order
+      columns: {label: int, user: bigint, item: bigint, hour: int}   # every field, in file order: its type
+      key: []                           # columns identifying a line (duplicates); []: the whole line
+      order_by: null                    # a column giving the rows' time order; null: file order
+      timestamp_format: null            # how `timestamp` columns are written (Spark datetime pattern)
+    user_id: user
+    ad_id: item
+    surface: feed                       # a surface, or {column: slot, values: {"1": feed, "2": reels}}
+    clicked: {column: label, positive: ["1"], negative: ["0"]}
+    converted: null                     # optional: the same form; null: no conversion label
+    features: [hour]                    # impression columns kept as the dataset's own features; or
+                                        # {name: column} to rename one that collides with a bronze column
+    users: {attributes: {age_bucket: null, country: null, device: null}, features: []}
+    ads: {attributes: {advertiser_id: null, category: null, ad_format: null, objective: null}, features: []}
+
+Label values are matched as written in the file; a value in neither set is an `invalid_label_<column>`
+row in the quarantine. Every problem is a `MappingError` naming the file, the key, what is wrong and
+the fix. docs/datasets.md documents every key with a complete example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.sources.lines import Field, TextFile
+
+TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp")
+USER_ATTRIBUTES = ("age_bucket", "country", "device")
+AD_ATTRIBUTES = ("advertiser_id", "category", "ad_format", "objective")
+NAME = re.compile(r"[a-z0-9_]+")
+# Bronze and gold columns an impression feature must not shadow (it would collide in the examples' join),
+# besides gold's sequence columns (seq_*) and embedding rows (*_idx).
+RESERVED = frozenset(("impression_id", "ts", "ds", "user_id", "ad_id", "surface", "position", "clicked",
+                      "converted", "p_click", "p_convert", "source_surface", *USER_ATTRIBUTES,
+                      *AD_ATTRIBUTES))
+
+
+class MappingError(ValueError):
+    """A source mapping that cannot be read: names the file, the key, the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Label:
+    column: str
+    positive: tuple[str, ...]
+    negative: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Surface:
+    """A constant surface, or a column's codes mapped onto surfaces (an unmapped code: surface null)."""
+
+    constant: str | None = None
+    column: str | None = None
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Dimension:
+    attributes: tuple[tuple[str, str | None], ...]  # contract attribute -> column (None: the data has none)
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SourceMapping:
+    name: str
+    folder: str
+    layout: TextFile  # what every impression file holds (its name empty)
+    files: tuple[str, ...]
+    order_by: str | None
+    user_id: str
+    ad_id: str
+    surface: Surface
+    clicked: Label
+    converted: Label | None
+    features: tuple[tuple[str, str], ...]  # (bronze name, column)
+    users: Dimension
+    ads: Dimension
+
+    @property
+    def text_files(self) -> tuple[TextFile, ...]:
+        return tuple(dataclasses.replace(self.layout, name=f) for f in self.files)
+
+
+class _Reader:
+    """Typed access to the mapping's keys, each failure naming the key path and the fix."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, problem: str, fix: str) -> MappingError:
+        return MappingError(f"{self.path}: {key}: {problem}; {fix}")
+
+    def table(self, node: Any, key: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            raise self.fail(key, f"expected a mapping of keys, found {node!r}", "write it as `key: value` lines")
+        return node
+
+    def required(self, node: dict[str, Any], key: str, where: str) -> Any:
+        if node.get(key) is None:
+            raise self.fail(f"{where}{key}", "is missing", f"add `{key}:` (docs/datasets.md lists every key)")
+        return node[key]
+
+    def unknown(self, node: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+        for key in node:
+            if key not in allowed:
+                raise self.fail(f"{where}{key}", "is not a key of a source mapping",
+                                f"use one of {list(allowed)} (a typo?)")
+
+    def strings(self, node: Any, key: str) -> tuple[str, ...]:
+        if node is None:
+            return ()
+        if not isinstance(node, list) or not all(isinstance(v, (str, int)) for v in node):
+            raise self.fail(key, f"expected a list of names or values, found {node!r}", "write it as [a, b, c]")
+        return tuple(str(v) for v in node)
+
+    def column(self, node: Any, key: str, columns: dict[str, str]) -> str:
+        if not isinstance(node, str) or node not in columns:
+            raise self.fail(key, f"names column {node!r}, which `impressions.columns` does not have",
+                            f"use one of {list(columns)}")
+        return node
+
+
+def load_mapping(path: Path) -> SourceMapping:
+    """Read and check a mapping file (.yaml, .yml or .json)."""
+    reader = _Reader(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise MappingError(f"{path}: cannot be read ({e.strerror}); point GEM_SOURCE_MAPPING or "
+                           "data.mapping at an existing mapping file") from None
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise MappingError(f"{path}: is not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({e}); "
+                           "fix the syntax at the position given") from None
+    root = reader.table(raw, "(top level)")
+    reader.unknown(root, ("name", "impressions", "user_id", "ad_id", "surface", "clicked", "converted", "features",
+                          "users", "ads"), "")
+    name = str(reader.required(root, "name", ""))
+    if not NAME.fullmatch(name):
+        raise reader.fail("name", f"{name!r} is not made of a-z, 0-9 and _", "rename it, e.g. my_logs")
+    imps = reader.table(reader.required(root, "impressions", ""), "impressions")
+    reader.unknown(imps, ("folder", "files", "separator", "header", "columns", "key", "order_by",
+                          "timestamp_format"), "impressions.")
+    columns = _columns(reader, reader.required(imps, "columns", "impressions."))
+    files = reader.strings(reader.required(imps, "files", "impressions."), "impressions.files")
+    if not files:
+        raise reader.fail("impressions.files", "is empty", "list the impression files, oldest first")
+    separator = str(imps.get("separator", ","))
+    if len(separator) != 1 or separator == '"':
+        raise reader.fail("impressions.separator", f"{separator!r} is not one character other than a quote",
+                          'use e.g. "," or "\\t" or "|"')
+    key = reader.strings(imps.get("key"), "impressions.key")
+    for i, k in enumerate(key):
+        reader.column(k, f"impressions.key[{i}]", columns)
+    order_by = imps.get("order_by")
+    if order_by is not None:
+        reader.column(order_by, "impressions.order_by", columns)
+    clicked = _label(reader, reader.required(root, "clicked", ""), "clicked", columns)
+    converted = None if root.get("converted") is None else _label(reader, root["converted"], "converted", columns)
+    labels = [clicked] + ([converted] if converted else [])
+    label_values = tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative)))
+    header = imps.get("header", True)
+    if not isinstance(header, bool):
+        raise reader.fail("impressions.header", f"expected true or false, found {header!r}",
+                          "true when the first line names the columns")
+    layout = TextFile(
+        name="", fields=tuple(Field(c, t) for c, t in columns.items()), header=tuple(columns) if header else None,
+        labels=tuple(label.column for label in labels), label_values=label_values, key=key,
+        timestamp_format=imps.get("timestamp_format"), separator=separator,
+    )
+    features = _features(reader, root.get("features"), columns)
+    return SourceMapping(
+        name=name, folder=str(imps.get("folder", "")), layout=layout, files=files, order_by=order_by,
+        user_id=reader.column(reader.required(root, "user_id", ""), "user_id", columns),
+        ad_id=reader.column(reader.required(root, "ad_id", ""), "ad_id", columns),
+        surface=_surface(reader, reader.required(root, "surface", ""), columns),
+        clicked=clicked, converted=converted, features=features,
+        users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
+        ads=_dimension(reader, root.get("ads"), "ads", AD_ATTRIBUTES, columns),
+    )
+
+
+def _features(reader: _Reader, node: Any, columns: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    named = node if isinstance(node, dict) else {c: c for c in reader.strings(node, "features")}
+    for name, column in named.items():
+        reader.column(column, f"features.{name}", columns)
+        if name in RESERVED or not NAME.fullmatch(str(name)) or name.startswith("seq_") or name.endswith("_idx"):
+            raise reader.fail(f"features.{name}", "collides with a bronze column (or is not a name of a-z, 0-9 "
+                              "and _)", f"rename it: features: {{{column}_feature: {column}}}")
+    return tuple((str(n), str(c)) for n, c in named.items())
+
+
+def _columns(reader: _Reader, node: Any) -> dict[str, str]:
+    columns = reader.table(node, "impressions.columns")
+    for column, kind in columns.items():
+        if not NAME.fullmatch(str(column)):
+            raise reader.fail(f"impressions.columns.{column}", "is not a name of a-z, 0-9 and _",
+                              "name the field in lower case (the header must then match it)")
+        if kind not in TYPES:
+            raise reader.fail(f"impressions.columns.{column}", f"type {kind!r} is not one of {list(TYPES)}",
+                              "ids are bigint, labels and codes int or string")
+    return {str(c): str(t) for c, t in columns.items()}
+
+
+def _label(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> Label:
+    table = reader.table(node, key)
+    reader.unknown(table, ("column", "positive", "negative"), f"{key}.")
+    column = reader.column(reader.required(table, "column", f"{key}."), f"{key}.column", columns)
+    positive = reader.strings(reader.required(table, "positive", f"{key}."), f"{key}.positive")
+    negative = reader.strings(reader.required(table, "negative", f"{key}."), f"{key}.negative")
+    if not positive or not negative or set(positive) & set(negative):
+        raise reader.fail(key, f"positive {list(positive)} and negative {list(negative)} must be non-empty and "
+                          "disjoint", "list each value as written in the file in exactly one of them")
+    return Label(column, positive, negative)
+
+
+def _surface(reader: _Reader, node: Any, columns: dict[str, str]) -> Surface:
+    if isinstance(node, str):
+        return Surface(constant=node)
+    table = reader.table(node, "surface")
+    reader.unknown(table, ("column", "values"), "surface.")
+    column = reader.column(reader.required(table, "column", "surface."), "surface.column", columns)
+    values = reader.table(reader.required(table, "values", "surface."), "surface.values")
+    return Surface(column=column, values=tuple((str(code), str(surface)) for code, surface in values.items()))
+
+
+def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...], columns: dict[str, str]) -> Dimension:
+    table = reader.table(node if node is not None else {}, key)
+    reader.unknown(table, ("attributes", "features"), f"{key}.")
+    given = reader.table(table.get("attributes") or {}, f"{key}.attributes")
+    reader.unknown(given, attributes, f"{key}.attributes.")
+    mapped = tuple((a, None if given.get(a) is None else reader.column(given[a], f"{key}.attributes.{a}", columns))
+                   for a in attributes)
+    features = reader.strings(table.get("features"), f"{key}.features")
+    for i, f in enumerate(features):
+        reader.column(f, f"{key}.features[{i}]", columns)
+    return Dimension(mapped, features)

@@ -1,0 +1,162 @@
+"""The declarative source: a mapping file's errors name the key and the fix, and a user's own log lands strictly.
+
+The log is written by the test (text user ids, yes/no labels, surface codes, its own time column), never
+a copy of the shared samples; Frappe, a built-in mapping, is checked with the other datasets in
+tests/test_sources.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gem_model.config import ConfigError, GemConfig
+from gem_model.paths import GemPaths
+from jobs.features.build import land_bronze
+from jobs.lake import read_table
+from jobs.sources.mapped import BUILT_IN
+from jobs.sources.mapping import MappingError, load_mapping
+
+MAPPING = {
+    "name": "shop_logs",
+    "impressions": {
+        "folder": "logs",
+        "files": ["january.tsv", "february.tsv"],
+        "separator": "\t",
+        "header": True,
+        "columns": {"shown_at": "bigint", "customer": "string", "product": "bigint", "placement": "int",
+                    "clicked": "string", "bought": "string", "country": "string", "hour": "int"},
+        "order_by": "shown_at",
+    },
+    "user_id": "customer",
+    "ad_id": "product",
+    "surface": {"column": "placement", "values": {"1": "feed", "2": "reels"}},
+    "clicked": {"column": "clicked", "positive": ["yes"], "negative": ["no"]},
+    "converted": {"column": "bought", "positive": ["yes"], "negative": ["no"]},
+    "features": {"hour": "hour"},
+    "users": {"attributes": {"country": "country"}},
+}
+
+
+def _write(tmp_path: Path, mapping: dict, suffix: str = ".yaml") -> Path:
+    path = tmp_path / f"mapping{suffix}"
+    path.write_text(json.dumps(mapping) if suffix == ".json" else yaml.safe_dump(mapping, sort_keys=False))
+    return path
+
+
+def _changed(**changes) -> dict:
+    mapping = json.loads(json.dumps(MAPPING))
+    for dotted, value in changes.items():
+        node, *path, last = [mapping, *dotted.split("__")]
+        for key in path:
+            node = node[key]
+        if value is None:
+            node.pop(last)
+        else:
+            node[last] = value
+    return mapping
+
+
+def test_yaml_and_json_mappings_read_the_same(tmp_path):
+    from_yaml = load_mapping(_write(tmp_path, MAPPING))
+    from_json = load_mapping(_write(tmp_path, MAPPING, ".json"))
+    assert from_yaml == from_json
+    assert from_yaml.layout.separator == "\t" and from_yaml.layout.labels == ("clicked", "bought")
+    assert from_yaml.layout.label_values == ("yes", "no") and from_yaml.files == ("january.tsv", "february.tsv")
+    assert from_yaml.users.attributes == (("age_bucket", None), ("country", "country"), ("device", None))
+
+
+def test_every_built_in_mapping_reads():
+    assert [load_mapping(p).name for p in sorted(BUILT_IN.glob("*.yaml"))] == ["frappe"]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"user_idd": "customer"}, "user_idd: is not a key of a source mapping; use one of"),
+    ({"user_id": None}, "user_id: is missing; add `user_id:`"),
+    ({"ad_id": "item"}, "ad_id: names column 'item', which `impressions.columns` does not have; use one of"),
+    ({"clicked__positive": ["yes", "no"]}, "clicked: positive ['yes', 'no'] and negative ['no'] must be non-empty"),
+    ({"impressions__separator": ";;"}, "impressions.separator: ';;' is not one character"),
+    ({"impressions__columns__hour": "integer"}, "impressions.columns.hour: type 'integer' is not one of"),
+    ({"features": {"country": "country"}}, "features.country: collides with a bronze column"),
+    ({"users__attributes__age": "country"}, "users.attributes.age: is not a key of a source mapping"),
+    ({"impressions__order_by": "when"}, "impressions.order_by: names column 'when'"),
+    ({"name": "Shop Logs"}, "name: 'Shop Logs' is not made of a-z, 0-9 and _"),
+])
+def test_a_bad_mapping_names_the_key_and_the_fix(tmp_path, changes, message):
+    path = _write(tmp_path, _changed(**changes))
+    with pytest.raises(MappingError) as error:
+        load_mapping(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+
+
+def test_an_unreadable_mapping_says_so(tmp_path):
+    with pytest.raises(MappingError, match="cannot be read"):
+        load_mapping(tmp_path / "absent.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(MappingError, match="is not valid YAML"):
+        load_mapping(broken)
+
+
+def test_gem_source_mapping_selects_the_mapping_source(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEM_SOURCE_MAPPING", str(tmp_path / "m.yaml"))
+    cfg = GemConfig.from_env()
+    assert (cfg.data.source, cfg.data.mapping) == ("mapping", str(tmp_path / "m.yaml"))
+    assert cfg.fingerprint != GemConfig.load("tiny", mapping=str(tmp_path / "other.yaml")).fingerprint
+    with pytest.raises(ConfigError, match="data.mapping='m.yaml' is set but data.source='synthetic'"):
+        GemConfig.from_dict({"data": {"mapping": "m.yaml"}})
+
+
+# (shown_at, customer, product, placement, clicked, bought, country, hour); january then february.
+JANUARY = [
+    "shown_at\tcustomer\tproduct\tplacement\tclicked\tbought\tcountry\thour",
+    "1000\talice\t7\t1\tyes\tno\tFR\t9",
+    "1010\tbob\t8\t2\tno\tno\tDE\t10",
+    "1020\talice\t8\t1\tyes\tyes\tFR\t11",
+    "1030\tcarol\t9\t2\tmaybe\tno\tUK\t12",  # not a label value
+    "1040\tbob\t7\t3\tno\tno\tDE\t13",  # placement 3 maps to no surface
+    "1010\tbob\t8\t2\tno\tno\tDE\t10",  # a repeat of the second line
+]
+FEBRUARY = [
+    "shown_at\tcustomer\tproduct\tplacement\tclicked\tbought\tcountry\thour",
+    "2000\tdave\t9\t1\tno\tno\tUS\t8",
+    "2010\talice\t7\t2\tyes\tno\tES\t9",  # alice's country stays her first row's
+    "2020\tdave\t9\t1\tno",  # truncated
+]
+
+
+@pytest.mark.spark
+def test_a_users_own_log_lands_through_its_mapping(spark, tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "january.tsv").write_text("\n".join(JANUARY) + "\n")
+    (tmp_path / "logs" / "february.tsv").write_text("\n".join(FEBRUARY) + "\n")
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, MAPPING)))
+    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
+    paths = GemPaths(tmp_path / "gem")
+    for table in ("bronze.users", "bronze.ads"):
+        land_bronze(spark, cfg, paths, table, None)
+    for ds in cfg.world.days:
+        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+    imps = {r["impression_id"]: r for r in read_table(spark, paths.table("bronze.impressions")).collect()}
+    rejected = {(r["source_file"], r["source_line"]): r["reason"]
+                for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()
+                if r["source_table"] == "bronze.impressions"}
+    assert rejected == {("logs/january.tsv", 5): "invalid_label_clicked", ("logs/january.tsv", 6): "null_surface",
+                        ("logs/january.tsv", 7): "duplicate_line", ("logs/february.tsv", 4): "too_few_fields"}
+    assert sorted(imps) == ["shop_logs-february-0", "shop_logs-february-1", "shop_logs-january-0",
+                            "shop_logs-january-1", "shop_logs-january-2"]
+    first = imps["shop_logs-january-2"]
+    assert (first["clicked"], first["converted"], first["surface"], first["source_surface"], first["hour"]) == \
+        (True, True, "feed", "1", 11)
+    assert imps["shop_logs-january-1"]["surface"] == "reels" and not imps["shop_logs-january-1"]["clicked"]
+    # Time order: the january file's rows come before february's, on the calendar's days in that order.
+    days = [imps[i]["ds"] for i in ("shop_logs-january-0", "shop_logs-february-1")]
+    assert days == cfg.world.days
+    # Text ids become one stable id per customer; attributes from the customer's first row.
+    alice = {imps[i]["user_id"] for i in ("shop_logs-january-0", "shop_logs-january-2", "shop_logs-february-1")}
+    users = {r["user_id"]: r for r in read_table(spark, paths.table("bronze.users")).collect()}
+    assert len(alice) == 1 and users[alice.pop()]["country"] == "FR"
+    assert len(users) == 3  # alice, bob, dave: carol's only line did not parse, so she is no user
