@@ -353,7 +353,7 @@ class WorldConfig:
 
 
 DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit", "frappe",
-                                 "mapping")
+                                 "movielens", "mapping")
 
 
 @dataclass(frozen=True)

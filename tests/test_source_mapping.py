@@ -70,7 +70,7 @@ def test_yaml_and_json_mappings_read_the_same(tmp_path):
 
 
 def test_every_built_in_mapping_reads():
-    assert [load_mapping(p).name for p in sorted(BUILT_IN.glob("*.yaml"))] == ["frappe"]
+    assert [load_mapping(p).name for p in sorted(BUILT_IN.glob("*.yaml"))] == ["frappe", "movielens"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -84,12 +84,30 @@ def test_every_built_in_mapping_reads():
     ({"users__attributes__age": "country"}, "users.attributes.age: is not a key of a source mapping"),
     ({"impressions__order_by": "when"}, "impressions.order_by: names column 'when'"),
     ({"name": "Shop Logs"}, "name: 'Shop Logs' is not made of a-z, 0-9 and _"),
+    ({"users__id": "customer"}, "users.id: applies only to a file of its own; add `users.file:` or drop it"),
+    ({"users__file": "customers.csv"}, "users.columns: is missing"),
+    ({"events": {"rows": "views"}}, "events.rows: 'views' is not 'clicks' or 'all'"),
+    ({"events": {"rows": "all", "action": {"column": "stars"}}}, "events.action.column: names column 'stars'"),
+    ({"impressions__encoding": "latin-9"}, "impressions.encoding: 'latin-9' is not one of"),
 ])
 def test_a_bad_mapping_names_the_key_and_the_fix(tmp_path, changes, message):
     path = _write(tmp_path, _changed(**changes))
     with pytest.raises(MappingError) as error:
         load_mapping(path)
     assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+
+
+def test_a_dimension_file_and_events_of_every_row_read(tmp_path):
+    users = {"file": "customers.csv", "columns": {"customer": "string", "segment": "string"}, "key": ["customer"],
+             "id": "customer", "attributes": {"device": "segment"}, "encoding": "ISO-8859-1"}
+    events = {"rows": "all", "action": {"column": "hour"}}
+    mapping = load_mapping(_write(tmp_path, _changed(users=users, events=events)))
+    assert mapping.users.file.name == "customers.csv" and mapping.users.file.encoding == "iso-8859-1"
+    assert mapping.users.file.key == ("customer",) and mapping.users.file.labels == ()
+    assert mapping.users.attributes == (("age_bucket", None), ("country", None), ("device", "segment"))
+    assert (mapping.events.rows, mapping.events.action, mapping.events.action_column) == ("all", None, "hour")
+    default = load_mapping(_write(tmp_path, MAPPING)).events
+    assert (default.rows, default.action, default.action_column) == ("clicks", "click", None)
 
 
 def test_an_unreadable_mapping_says_so(tmp_path):

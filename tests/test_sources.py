@@ -63,6 +63,7 @@ class Raw:
     holdout_file: str | None = None  # the test split, which must fill the last day
     repeats: dict[str, int] = field(default_factory=dict)  # duplicate_<key> -> later copies of a key
     repeated_clicks: int = 0  # clicked later copies: rejected, so they click no event
+    every_row_an_event: bool = False  # MovieLens: every rating is an event (action = the rating), not the clicks
 
 
 def _repeats(keys: list[object]) -> list[bool]:
@@ -155,6 +156,15 @@ def raw_frappe(folder: Path) -> Raw:
                repeated_clicks=sum(r["label"] == "1" and again for r, again in zip(rows, repeated)))
 
 
+def raw_movielens(folder: Path) -> Raw:
+    path = folder / "all_ratings_from_u1.tsv"
+    rows = [line.split("\t") for line in path.read_text().splitlines()]
+    assert not any(_repeats([(r[0], r[1]) for r in rows]))  # one rating per (user, movie)
+    movies = len((folder / "u.item").read_bytes().splitlines())
+    return Raw(len(rows), sum(r[2] in ("4", "5") for r in rows), 0, len({r[0] for r in rows}), movies,
+               path.stat().st_size, every_row_an_event=True)
+
+
 # source -> (folder, raw counter, (rows, clicks, conversions) as SOURCE.md states them)
 DATASETS = {
     "taobao": ("taobao_ad_display_click", raw_taobao, (2000 + 500, 97 + 210, 0)),
@@ -162,7 +172,8 @@ DATASETS = {
     "aliexpress": ("aliexpress", raw_aliexpress, (100 + 100 + 100 + 20, 3 + 6 + 60 + 10, 2 + 1 + 2 + 2)),
     "criteo": ("criteo_kaggle_dac", raw_criteo, (200 + 1599, 49 + 334, 0)),
     "open_bandit": ("open_bandit_dataset", raw_open_bandit, (60_000, 38 + 46 + 46 + 42 + 69 + 46, 0)),
-    "frappe": ("frappe_x1", raw_frappe, (57_722 + 28_860, 19_063 + 9_536, 0)),  # a source mapping's
+    "frappe": ("frappe_x1", raw_frappe, (57_722 + 28_860, 19_063 + 9_536, 0)),  # source mappings
+    "movielens": ("movielens_100k", raw_movielens, (100_000, 34_174 + 21_201, 0)),
 }
 
 def _config(name: str) -> GemConfig:
@@ -271,6 +282,8 @@ def test_users_and_ads_are_unique_and_cover_the_impressions(bronze):
 
 
 def test_click_events_are_the_clicked_impressions(bronze):
+    if bronze.raw.every_row_an_event:
+        pytest.skip(f"{bronze.name}'s events are all its impressions (test_every_rating_is_an_event)")
     clicks = bronze.events.where(F.col("action") == "click")
     clicked = bronze.impressions.where("clicked").select(
         "user_id", F.col("ad_id").alias("item_id"), "ts", "surface", "_asked")
@@ -289,6 +302,28 @@ def test_on_the_samples_only_repeated_lines_fail_to_parse(bronze):
     ads = bronze.source.ads()
     if "_line" in ads.columns:  # an item list read line by line
         assert ads.where(F.col("_line.error").isNotNull()).count() == 0
+
+
+@pytest.mark.parametrize("bronze", ["movielens"], indirect=True)
+def test_every_rating_is_an_event_and_the_days_follow_rating_time(bronze):
+    keys = ["user_id", "item_id", "ts", "surface", "_asked"]
+    rated = bronze.impressions.select(*keys[:1], F.col("ad_id").alias("item_id"), *keys[2:])
+    matched = bronze.events.join(rated, keys)
+    stats = bronze.events.agg(F.count("*").alias("events"), F.count_if(_off_day()).alias("off_day")).crossJoin(
+        matched.agg(F.count("*").alias("matched"))).first().asDict()
+    assert stats == {"events": bronze.raw.rows, "off_day": 0, "matched": bronze.raw.rows}
+    actions = {r["action"]: r["count"] for r in bronze.events.groupBy("action").count().collect()}
+    assert actions == {"1": 6_110, "2": 11_370, "3": 27_145, "4": 34_174, "5": 21_201}  # SOURCE.md
+    # A time-based split: every day's ratings are no earlier than any of the day before's.
+    lines = (ROOT / "movielens_100k" / "all_ratings_from_u1.tsv").read_text().splitlines()
+    rated_at = {(int(u), int(i)): int(t) for u, i, _, t in (line.split("\t") for line in lines)}
+    times: dict[date, list[int]] = {}
+    for r in bronze.impressions.select("user_id", "ad_id", "ds").collect():
+        times.setdefault(r["ds"], []).append(rated_at[r["user_id"], r["ad_id"]])
+    spans = [(min(t), max(t)) for _, t in sorted(times.items())]
+    assert len(spans) == len(bronze.cfg.world.days) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    # u.item is Latin-1: its lines are decoded, not rejected as invalid UTF-8.
+    assert "Misérables" in bronze.source.ads().where("ad_id = 543").first()["_line"]["raw"]
 
 
 @pytest.mark.parametrize("bronze", ["taobao"], indirect=True)

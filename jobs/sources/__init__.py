@@ -30,6 +30,7 @@ MODULES = {
     "criteo": "jobs.sources.criteo",
     "open_bandit": "jobs.sources.open_bandit",
     "frappe": "jobs.sources.mapped",  # jobs/sources/mappings/frappe.yaml
+    "movielens": "jobs.sources.mapped",  # jobs/sources/mappings/movielens.yaml
     "mapping": "jobs.sources.mapped",  # the user's own mapping file (data.mapping)
 }
 

@@ -72,6 +72,7 @@ class TextFile:
     key: tuple[str, ...] = ()  # columns identifying a line within the file; (): the whole line, within the source
     timestamp_format: str | None = None  # how `timestamp` fields are written
     separator: str = ","  # one character; fields in double quotes may hold it
+    encoding: str = "utf-8"  # another (ISO-8859-1, windows-1252) is decoded before the checks
 
     @property
     def n_fields(self) -> int:
@@ -239,6 +240,8 @@ def _parse(lines: DataFrame, layout: TextFile) -> DataFrame:
     Each step is its own projection referring to the one before by name, so `from_csv` and each cast
     run once per line (an expression built from another's parts would repeat them).
     """
+    if layout.encoding != "utf-8":  # the text reader keeps the raw bytes, which this decodes
+        lines = lines.withColumn("value", F.decode(F.col("value").cast("binary"), layout.encoding))
     n = _field_count(F.col("value"), layout.separator)
     structure = (F.when(~F.is_valid_utf8("value"), F.lit("invalid_utf8"))
                  .when(n < layout.n_fields, F.lit("too_few_fields"))

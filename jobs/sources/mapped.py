@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from gem_model.config import ConfigError, GemConfig
 from jobs.features.quarantine import LINE_COLUMN
 from jobs.sources.lines import parsed, read_text_files
-from jobs.sources.mapping import Label, SourceMapping, load_mapping
+from jobs.sources.mapping import Dimension, Label, SourceMapping, load_mapping
 from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 BUILT_IN = Path(__file__).with_name("mappings")
@@ -85,23 +85,37 @@ class Source:
         )
 
     def events(self, ds: date) -> DataFrame:
-        """The day's clicks."""
-        return click_events(self.impressions(ds))
+        """The day's clicks, or every impression of the day whose line parsed, as `events.action`."""
+        events = self.mapping.events
+        if events.rows == "clicks" and events.action == "click":
+            return click_events(self.impressions(ds))
+        m = self.mapping
+        rows = self._laid_out.where((F.col("ds") == F.lit(ds)) & parsed())
+        if events.rows == "clicks":
+            rows = rows.where(_positive(m.clicked))
+        action = F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
+        return rows.select(self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("item_id"),
+                           action.alias("action"), self._surface()[0].alias("surface"), "ts", "ds")
 
     def users(self) -> DataFrame:
-        """bronze.users: each user's attributes and features from its earliest parsed row."""
-        return self._dimension(self.mapping.user_id, "user_id", self.mapping.users.attributes,
-                               self.mapping.users.features, {"age_bucket": "string", "country": "string",
-                                                             "device": "string"})
+        """bronze.users: from the users' own file, else each user's earliest parsed impression row."""
+        return self._dimension(self.mapping.users, self.mapping.user_id, "user_id",
+                               {"age_bucket": "string", "country": "string", "device": "string"})
 
     def ads(self) -> DataFrame:
-        """bronze.ads: each ad's attributes and features from its earliest parsed row."""
-        return self._dimension(self.mapping.ad_id, "ad_id", self.mapping.ads.attributes, self.mapping.ads.features,
+        """bronze.ads: from the ads' own file, else each ad's earliest parsed impression row."""
+        return self._dimension(self.mapping.ads, self.mapping.ad_id, "ad_id",
                                {"advertiser_id": "bigint", "category": "bigint", "ad_format": "string",
                                 "objective": "string"})
 
-    def _dimension(self, column: str, key: str, attributes: tuple[tuple[str, str | None], ...],
-                   features: tuple[str, ...], types: dict[str, str]) -> DataFrame:
+    def _dimension(self, dimension: Dimension, column: str, key: str, types: dict[str, str]) -> DataFrame:
+        attributes, features = dimension.attributes, dimension.features
+        if dimension.file is not None:  # one row per line of its own file, bad lines to the quarantine
+            rows = read_text_files(self.spark, self.folder, self.mapping.name, [dimension.file])
+            kind = dict((f.name, f.type) for f in dimension.file.fields)[dimension.id]
+            ids = F.col(dimension.id).cast("bigint") if kind in INTEGRAL else derived_id(F.col(dimension.id))
+            return rows.select(ids.alias(key), *[(F.col(c) if c else F.lit(None)).cast(types[a]).alias(a)
+                                                 for a, c in attributes], *features, LINE_COLUMN)
         values = [F.col(c).alias(a) for a, c in attributes if c] + [F.col(f) for f in features]
         rows = self._rows.where(parsed()).select(self._id(column).alias(key), "_file", "_row", *values)
         wanted = [F.lit(0).alias("_"), *[a for a, c in attributes if c], *features]  # a struct needs a field

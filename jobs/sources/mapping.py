@@ -41,6 +41,9 @@ from jobs.sources.lines import Field, TextFile
 TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp")
 USER_ATTRIBUTES = ("age_bucket", "country", "device")
 AD_ATTRIBUTES = ("advertiser_id", "category", "ad_format", "objective")
+# Keys that describe a delimited file's layout (impressions', or a dimension's own file).
+LAYOUT_KEYS = ("separator", "header", "columns", "key", "timestamp_format", "encoding")
+ENCODINGS = ("utf-8", "iso-8859-1", "windows-1252")
 NAME = re.compile(r"[a-z0-9_]+")
 # Bronze and gold columns an impression feature must not shadow (it would collide in the examples' join),
 # besides gold's sequence columns (seq_*) and embedding rows (*_idx).
@@ -73,6 +76,17 @@ class Surface:
 class Dimension:
     attributes: tuple[tuple[str, str | None], ...]  # contract attribute -> column (None: the data has none)
     features: tuple[str, ...]
+    file: TextFile | None = None  # its own file (else the impressions' rows)
+    id: str | None = None  # the id column of that file
+
+
+@dataclass(frozen=True)
+class Events:
+    """Behaviour events: the clicked impressions, or every impression; the action a constant or a column's value."""
+
+    rows: str  # "clicks" or "all"
+    action: str | None
+    action_column: str | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,7 @@ class SourceMapping:
     features: tuple[tuple[str, str], ...]  # (bronze name, column)
     users: Dimension
     ads: Dimension
+    events: Events
 
     @property
     def text_files(self) -> tuple[TextFile, ...]:
@@ -150,40 +165,22 @@ def load_mapping(path: Path) -> SourceMapping:
                            "fix the syntax at the position given") from None
     root = reader.table(raw, "(top level)")
     reader.unknown(root, ("name", "impressions", "user_id", "ad_id", "surface", "clicked", "converted", "features",
-                          "users", "ads"), "")
+                          "users", "ads", "events"), "")
     name = str(reader.required(root, "name", ""))
     if not NAME.fullmatch(name):
         raise reader.fail("name", f"{name!r} is not made of a-z, 0-9 and _", "rename it, e.g. my_logs")
     imps = reader.table(reader.required(root, "impressions", ""), "impressions")
-    reader.unknown(imps, ("folder", "files", "separator", "header", "columns", "key", "order_by",
-                          "timestamp_format"), "impressions.")
-    columns = _columns(reader, reader.required(imps, "columns", "impressions."))
+    reader.unknown(imps, ("folder", "files", *LAYOUT_KEYS, "order_by"), "impressions.")
     files = reader.strings(reader.required(imps, "files", "impressions."), "impressions.files")
     if not files:
         raise reader.fail("impressions.files", "is empty", "list the impression files, oldest first")
-    separator = str(imps.get("separator", ","))
-    if len(separator) != 1 or separator == '"':
-        raise reader.fail("impressions.separator", f"{separator!r} is not one character other than a quote",
-                          'use e.g. "," or "\\t" or "|"')
-    key = reader.strings(imps.get("key"), "impressions.key")
-    for i, k in enumerate(key):
-        reader.column(k, f"impressions.key[{i}]", columns)
+    columns = _columns(reader, reader.required(imps, "columns", "impressions."), "impressions.columns")
     order_by = imps.get("order_by")
     if order_by is not None:
         reader.column(order_by, "impressions.order_by", columns)
     clicked = _label(reader, reader.required(root, "clicked", ""), "clicked", columns)
     converted = None if root.get("converted") is None else _label(reader, root["converted"], "converted", columns)
-    labels = [clicked] + ([converted] if converted else [])
-    label_values = tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative)))
-    header = imps.get("header", True)
-    if not isinstance(header, bool):
-        raise reader.fail("impressions.header", f"expected true or false, found {header!r}",
-                          "true when the first line names the columns")
-    layout = TextFile(
-        name="", fields=tuple(Field(c, t) for c, t in columns.items()), header=tuple(columns) if header else None,
-        labels=tuple(label.column for label in labels), label_values=label_values, key=key,
-        timestamp_format=imps.get("timestamp_format"), separator=separator,
-    )
+    layout = _layout(reader, imps, "impressions.", columns, [clicked] + ([converted] if converted else []))
     features = _features(reader, root.get("features"), columns)
     return SourceMapping(
         name=name, folder=str(imps.get("folder", "")), layout=layout, files=files, order_by=order_by,
@@ -193,6 +190,33 @@ def load_mapping(path: Path) -> SourceMapping:
         clicked=clicked, converted=converted, features=features,
         users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
         ads=_dimension(reader, root.get("ads"), "ads", AD_ATTRIBUTES, columns),
+        events=_events(reader, root.get("events"), columns),
+    )
+
+
+def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str],
+            labels: list[Label]) -> TextFile:
+    """What every file of a table holds (its name left empty), from the keys of LAYOUT_KEYS."""
+    separator = str(node.get("separator", ","))
+    if len(separator) != 1 or separator == '"':
+        raise reader.fail(f"{where}separator", f"{separator!r} is not one character other than a quote",
+                          'use e.g. "," or "\\t" or "|"')
+    header = node.get("header", True)
+    if not isinstance(header, bool):
+        raise reader.fail(f"{where}header", f"expected true or false, found {header!r}",
+                          "true when the first line names the columns")
+    key = reader.strings(node.get("key"), f"{where}key")
+    for i, k in enumerate(key):
+        reader.column(k, f"{where}key[{i}]", columns)
+    encoding = str(node.get("encoding", "utf-8")).lower()
+    if encoding not in ENCODINGS:
+        raise reader.fail(f"{where}encoding", f"{encoding!r} is not one of {list(ENCODINGS)}",
+                          "name the files' character set (ISO-8859-1 for Latin-1)")
+    return TextFile(
+        name="", fields=tuple(Field(c, t) for c, t in columns.items()), header=tuple(columns) if header else None,
+        labels=tuple(label.column for label in labels),
+        label_values=tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative))),
+        key=key, timestamp_format=node.get("timestamp_format"), separator=separator, encoding=encoding,
     )
 
 
@@ -206,14 +230,14 @@ def _features(reader: _Reader, node: Any, columns: dict[str, str]) -> tuple[tupl
     return tuple((str(n), str(c)) for n, c in named.items())
 
 
-def _columns(reader: _Reader, node: Any) -> dict[str, str]:
-    columns = reader.table(node, "impressions.columns")
+def _columns(reader: _Reader, node: Any, where: str) -> dict[str, str]:
+    columns = reader.table(node, where)
     for column, kind in columns.items():
         if not NAME.fullmatch(str(column)):
-            raise reader.fail(f"impressions.columns.{column}", "is not a name of a-z, 0-9 and _",
+            raise reader.fail(f"{where}.{column}", "is not a name of a-z, 0-9 and _",
                               "name the field in lower case (the header must then match it)")
         if kind not in TYPES:
-            raise reader.fail(f"impressions.columns.{column}", f"type {kind!r} is not one of {list(TYPES)}",
+            raise reader.fail(f"{where}.{column}", f"type {kind!r} is not one of {list(TYPES)}",
                               "ids are bigint, labels and codes int or string")
     return {str(c): str(t) for c, t in columns.items()}
 
@@ -242,7 +266,17 @@ def _surface(reader: _Reader, node: Any, columns: dict[str, str]) -> Surface:
 
 def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...], columns: dict[str, str]) -> Dimension:
     table = reader.table(node if node is not None else {}, key)
-    reader.unknown(table, ("attributes", "features"), f"{key}.")
+    reader.unknown(table, ("file", "id", *LAYOUT_KEYS, "attributes", "features"), f"{key}.")
+    file = table.get("file")
+    if file is not None:  # its own file: every column named from that file's columns
+        columns = _columns(reader, reader.required(table, "columns", f"{key}."), f"{key}.columns")
+        layout = dataclasses.replace(_layout(reader, table, f"{key}.", columns, []), name=str(file))
+        id_column = reader.column(reader.required(table, "id", f"{key}."), f"{key}.id", columns)
+    else:
+        for k in ("id", *LAYOUT_KEYS):
+            if k in table:
+                raise reader.fail(f"{key}.{k}", "applies only to a file of its own", f"add `{key}.file:` or drop it")
+        layout, id_column = None, None
     given = reader.table(table.get("attributes") or {}, f"{key}.attributes")
     reader.unknown(given, attributes, f"{key}.attributes.")
     mapped = tuple((a, None if given.get(a) is None else reader.column(given[a], f"{key}.attributes.{a}", columns))
@@ -250,4 +284,19 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
     features = reader.strings(table.get("features"), f"{key}.features")
     for i, f in enumerate(features):
         reader.column(f, f"{key}.features[{i}]", columns)
-    return Dimension(mapped, features)
+    return Dimension(mapped, features, layout, id_column)
+
+
+def _events(reader: _Reader, node: Any, columns: dict[str, str]) -> Events:
+    table = reader.table(node if node is not None else {}, "events")
+    reader.unknown(table, ("rows", "action"), "events.")
+    rows = table.get("rows", "clicks")
+    if rows not in ("clicks", "all"):
+        raise reader.fail("events.rows", f"{rows!r} is not 'clicks' or 'all'",
+                          "clicks: the clicked impressions are the events; all: every impression is one")
+    action = table.get("action", "click")
+    if isinstance(action, dict):
+        reader.unknown(action, ("column",), "events.action.")
+        return Events(rows, None, reader.column(reader.required(action, "column", "events.action."),
+                                                "events.action.column", columns))
+    return Events(rows, str(action), None)
