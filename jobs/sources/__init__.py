@@ -59,6 +59,16 @@ def data_dir(cfg: GemConfig) -> Path:
     return root
 
 
+def dataset_folder(source: str) -> str:
+    """The folder, under the datasets root, of a built-in real source: its adapter's or its mapping's."""
+    if MODULES[source] == "jobs.sources.mapped":
+        from jobs.sources.mapped import BUILT_IN
+        from jobs.sources.mapping import load_mapping
+
+        return load_mapping(BUILT_IN / f"{source}.yaml").folder
+    return importlib.import_module(MODULES[source]).FOLDER
+
+
 def build_source(spark: SparkSession, cfg: GemConfig) -> Source:
     module = importlib.import_module(MODULES[cfg.data.source])
     root = None if cfg.data.source in ("synthetic", "mapping") else data_dir(cfg)
