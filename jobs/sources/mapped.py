@@ -2,9 +2,9 @@
 
 `data.source = "mapping"` reads the mapping at `data.mapping` (or $GEM_SOURCE_MAPPING), its files found
 relative to the mapping file; a built-in source whose format a mapping can express (Frappe) is a
-mapping under `jobs/sources/mappings/`, its files relative to the datasets folder. The files are read
-strictly (`jobs.sources.lines`), laid out on the calendar like every real dataset's
-(`jobs.sources.timeline`), and the behaviour events are the clicks.
+mapping under `jobs/sources/mappings/` (Frappe, MovieLens), its files relative to the datasets folder. The
+files are read strictly (`jobs.sources.lines`), laid out on the calendar like every real dataset's
+(`jobs.sources.timeline`); the behaviour events are the clicks or every row (`events`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.config import ConfigError, GemConfig
+from jobs import table_contract as contract
 from jobs.features.quarantine import LINE_COLUMN
-from jobs.sources.lines import parsed, read_text_files
+from jobs.sources.lines import TextFile, parsed, read_text_files
 from jobs.sources.mapping import Dimension, Label, SourceMapping, load_mapping
 from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
@@ -59,9 +60,7 @@ class Source:
         return spread_over_days(self._rows, [*order, F.col("_file"), F.col("_row")], self.world)
 
     def _id(self, column: str) -> Column:
-        """An integral id column as it is; any other (text ids) as a stable derived id."""
-        kind = dict((f.name, f.type) for f in self.mapping.layout.fields)[column]
-        return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
+        return _id(self.mapping.layout, column)
 
     def _surface(self) -> tuple[Column, Column]:
         surface = self.mapping.surface
@@ -99,23 +98,21 @@ class Source:
 
     def users(self) -> DataFrame:
         """bronze.users: from the users' own file, else each user's earliest parsed impression row."""
-        return self._dimension(self.mapping.users, self.mapping.user_id, "user_id",
-                               {"age_bucket": "string", "country": "string", "device": "string"})
+        return self._dimension(self.mapping.users, self.mapping.user_id, "user_id", contract.USER_ATTRIBUTES)
 
     def ads(self) -> DataFrame:
         """bronze.ads: from the ads' own file, else each ad's earliest parsed impression row."""
-        return self._dimension(self.mapping.ads, self.mapping.ad_id, "ad_id",
-                               {"advertiser_id": "bigint", "category": "bigint", "ad_format": "string",
-                                "objective": "string"})
+        return self._dimension(self.mapping.ads, self.mapping.ad_id, "ad_id", contract.AD_ATTRIBUTES)
 
-    def _dimension(self, dimension: Dimension, column: str, key: str, types: dict[str, str]) -> DataFrame:
+    def _dimension(self, dimension: Dimension, column: str, key: str,
+                   contract_columns: tuple[contract.Column, ...]) -> DataFrame:
         attributes, features = dimension.attributes, dimension.features
+        types = {c.name: c.type for c in contract_columns}
         if dimension.file is not None:  # one row per line of its own file, bad lines to the quarantine
             rows = read_text_files(self.spark, self.folder, self.mapping.name, [dimension.file])
-            kind = dict((f.name, f.type) for f in dimension.file.fields)[dimension.id]
-            ids = F.col(dimension.id).cast("bigint") if kind in INTEGRAL else derived_id(F.col(dimension.id))
-            return rows.select(ids.alias(key), *[(F.col(c) if c else F.lit(None)).cast(types[a]).alias(a)
-                                                 for a, c in attributes], *features, LINE_COLUMN)
+            attribute_columns = [(F.col(c) if c else F.lit(None)).cast(types[a]).alias(a) for a, c in attributes]
+            return rows.select(_id(dimension.file, dimension.id).alias(key), *attribute_columns, *features,
+                               LINE_COLUMN)
         values = [F.col(c).alias(a) for a, c in attributes if c] + [F.col(f) for f in features]
         rows = self._rows.where(parsed()).select(self._id(column).alias(key), "_file", "_row", *values)
         wanted = [F.lit(0).alias("_"), *[a for a, c in attributes if c], *features]  # a struct needs a field
@@ -123,6 +120,12 @@ class Source:
         return first.select(key, *[(F.col(f"v.{a}") if c else F.lit(None)).cast(types[a]).alias(a)
                                    for a, c in attributes],
                             *[F.col(f"v.{f}").alias(f) for f in features])
+
+
+def _id(layout: TextFile, column: str) -> Column:
+    """An integral id column as it is; any other (text ids) as a stable derived id."""
+    kind = {f.name: f.type for f in layout.fields}[column]
+    return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
 
 
 def _positive(label: Label) -> Column:

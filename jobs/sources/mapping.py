@@ -36,19 +36,19 @@ from typing import Any
 
 import yaml
 
+from jobs import table_contract as contract
 from jobs.sources.lines import Field, TextFile
 
 TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp")
-USER_ATTRIBUTES = ("age_bucket", "country", "device")
-AD_ATTRIBUTES = ("advertiser_id", "category", "ad_format", "objective")
+USER_ATTRIBUTES = tuple(c.name for c in contract.USER_ATTRIBUTES)
+AD_ATTRIBUTES = tuple(c.name for c in contract.AD_ATTRIBUTES)
 # Keys that describe a delimited file's layout (impressions', or a dimension's own file).
 LAYOUT_KEYS = ("separator", "header", "columns", "key", "timestamp_format", "encoding")
 ENCODINGS = ("utf-8", "iso-8859-1", "windows-1252")
 NAME = re.compile(r"[a-z0-9_]+")
 # Bronze and gold columns an impression feature must not shadow (it would collide in the examples' join),
 # besides gold's sequence columns (seq_*) and embedding rows (*_idx).
-RESERVED = frozenset(("impression_id", "ts", "ds", "user_id", "ad_id", "surface", "position", "clicked",
-                      "converted", "p_click", "p_convert", "source_surface", *USER_ATTRIBUTES,
+RESERVED = frozenset((*contract.CONTRACT["bronze.impressions"].columns, "source_surface", *USER_ATTRIBUTES,
                       *AD_ATTRIBUTES))
 
 
