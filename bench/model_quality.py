@@ -2,18 +2,22 @@
 
     GEM_HOME=/tmp/gem-small python bench/model_quality.py --preset small
     GEM_HOME=/tmp/gem-taobao python bench/model_quality.py --data-source taobao --variants gem,dlrm,dcnv2
+    GEM_HOME=/tmp/gem-frappe python bench/model_quality.py --config gem_model/configs/frappe.json \
+        --variants gem,dlrm,dcnv2,lr --seeds 0,1,2
 
 Builds the feature tables first when the lake has none (`jobs.build_features`), then trains each
-variant with the real training job (torchrun, `train.nproc` processes) on the same pinned Delta
-version and reads the holdout metrics from its manifest. Prints a markdown table (with the
-oracle's row on the synthetic world, the AUC's 95% interval and the positives) and writes JSON
-to --out. "gap closed" is (AUC - AUC_dlrm) / (AUC_oracle - AUC_dlrm).
+variant with each `train.seed` with the real training job (torchrun, `train.nproc` processes) on
+the same pinned Delta version and reads the holdout metrics from its manifest. Prints a markdown
+table (means over the seeds, the seeds' standard deviation, the mean of each run's AUC 95%
+interval, the oracle's row on the synthetic world, the positives) and writes JSON to --out.
+"gap closed" is (AUC - AUC_dlrm) / (AUC_oracle - AUC_dlrm).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -27,32 +31,37 @@ from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
 
 REPO = Path(__file__).resolve().parents[1]
+# Each variant's settings over the common config.
 VARIANTS: dict[str, dict[str, Any]] = {
     "gem": {},
-    "dlrm": {"architecture": "dlrm"},
-    "dcnv2": {"architecture": "dcnv2"},
-    "gem-no-wukong": {"use_wukong": False},
-    "gem-no-sequence": {"use_sequence": False},
-    "gem-no-interleaving": {"interleave": False},
+    "dlrm": {"model": {"architecture": "dlrm"}},
+    "dcnv2": {"model": {"architecture": "dcnv2"}},
+    # Logistic regression: no retrieval loss either, so nothing but the logits shapes its weights.
+    "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
+    "gem-no-wukong": {"model": {"use_wukong": False}},
+    "gem-no-sequence": {"model": {"use_sequence": False}},
+    "gem-no-interleaving": {"model": {"interleave": False}},
 }
 TASKS = ("ctr", "cvr")
 
 
-def variant_config(cfg: GemConfig, name: str) -> GemConfig:
-    return GemConfig.from_dict({"model": VARIANTS[name]}, base=cfg)
+def variant_config(cfg: GemConfig, name: str, seed: int | None = None) -> GemConfig:
+    variant = GemConfig.from_dict(VARIANTS[name], base=cfg)
+    return variant if seed is None else GemConfig.from_dict({"train": {"seed": seed}}, base=variant)
 
 
-def variant_version(cfg: GemConfig, name: str) -> str:
+def variant_version(cfg: GemConfig, name: str, seed: int | None = None) -> str:
     """The model version a variant trains into: the same config always maps to the same directory."""
-    return f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant_config(cfg, name).fingerprint}"
+    return f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant_config(cfg, name, seed).fingerprint}"
 
 
-def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int) -> dict[str, Any]:
-    variant = variant_config(cfg, name)
-    config_file = paths.staging / "bench" / f"{name}.json"
+def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int,
+                  seed: int | None = None) -> dict[str, Any]:
+    variant = variant_config(cfg, name, seed)
+    config_file = paths.staging / "bench" / f"{name}-{variant.train.seed}.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(variant.to_json())
-    model_dir = paths.model_dir(variant_version(cfg, name))
+    model_dir = paths.model_dir(variant_version(cfg, name, seed))
     if not (model_dir / "manifest.json").is_file():
         launcher, nproc = LocalTorchrunLauncher(), variant.train.nproc
         args = ["--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
@@ -62,14 +71,24 @@ def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int)
     return json.loads((model_dir / "manifest.json").read_text())
 
 
+def mean_metrics(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the seeds' runs, and `<task>/auc_seed_sd` (their AUCs' standard deviation)."""
+    mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0]}
+    for task in TASKS:
+        if len(runs) > 1 and f"{task}/auc" in mean:
+            mean[f"{task}/auc_seed_sd"] = statistics.stdev(run[f"{task}/auc"] for run in runs)
+    return mean
+
+
 def row(name: str, metrics: dict[str, float]) -> list[str]:
     cells = [name]
     for task in TASKS:
         if f"{task}/auc" not in metrics:
-            cells += ["–"] * 4
+            cells += ["–"] * 5
             continue
         m = {k.removeprefix(f"{task}/"): v for k, v in metrics.items() if k.startswith(f"{task}/")}
-        cells += [f"{m['auc']:.4f} [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]", f"{m['ne']:.4f}",
+        sd = f"{m['auc_seed_sd']:.4f}" if "auc_seed_sd" in m else "–"
+        cells += [f"{m['auc']:.4f} [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]", sd, f"{m['ne']:.4f}",
                   f"{m['calibration']:.3f}", f"{m['log_loss']:.4f}"]
     return cells
 
@@ -80,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-source")
     parser.add_argument("--config", help="JSON file of overrides applied to every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--seeds", help="comma-separated train.seed values, each variant trained with each "
+                                        "(default: the config's seed alone)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset, args.config, args.data_source)
@@ -90,20 +111,26 @@ def main(argv: list[str] | None = None) -> None:
         build += ["--data-source", cfg.data.source] + (["--config", args.config] if args.config else [])
         subprocess.run(build, check=True, cwd=REPO)
     data_version = DeltaTable(str(examples)).version()
-    results: dict[str, Any] = {"preset": cfg.preset, "data_source": cfg.data.source, "variants": {}}
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [cfg.train.seed]
+    results: dict[str, Any] = {"preset": cfg.preset, "data_source": cfg.data.source, "seeds": seeds, "variants": {}}
     for name in args.variants.split(","):
-        started = time.monotonic()
-        manifest = train_variant(cfg, paths, name, data_version)
-        results["variants"][name] = {"metrics": manifest["metrics"], "train_seconds": manifest["train_seconds"],
-                                     "wall_seconds": time.monotonic() - started}
-    header = ["model"] + [f"{t} {m}" for t in TASKS for m in ("AUC [95% CI]", "NE", "calibration", "log loss")]
+        runs = {}
+        for seed in seeds:
+            started = time.monotonic()
+            manifest = train_variant(cfg, paths, name, data_version, seed)
+            runs[seed] = {"metrics": manifest["metrics"], "train_seconds": manifest["train_seconds"],
+                          "wall_seconds": time.monotonic() - started}
+        results["variants"][name] = {"metrics": mean_metrics([r["metrics"] for r in runs.values()]), "seeds": runs}
+    header = ["model"] + [f"{t} {m}" for t in TASKS
+                          for m in ("AUC [95% CI]", "AUC seed sd", "NE", "calibration", "log loss")]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     first = next(iter(results["variants"].values()))["metrics"]
     for name, result in results["variants"].items():
         lines.append("| " + " | ".join(row(name, result["metrics"])) + " |")
     if "ctr/oracle_auc" in first:
         oracle = ["oracle (true p)"] + [cell for t in TASKS for cell in
-                                        (f"{first[f'{t}/oracle_auc']:.4f}", f"{first[f'{t}/oracle_ne']:.4f}", "–", "–")]
+                                        (f"{first[f'{t}/oracle_auc']:.4f}", "–", f"{first[f'{t}/oracle_ne']:.4f}", "–",
+                                         "–")]
         lines.append("| " + " | ".join(oracle) + " |")
     positives = {t: (int(first.get(f"{t}/positives", 0)), int(first.get(f"{t}/rows", 0))) for t in TASKS}
     lines.append("")

@@ -352,6 +352,8 @@ class WorldConfig:
         return self.n_ads - round(self.n_ads * self.new_ad_fraction)
 
 
+# Model configs (GEM_CONFIG files) for built-in datasets whose own fields are features: <source>.json.
+DATASET_CONFIGS = Path(__file__).with_name("configs")
 DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit", "frappe",
                                  "movielens", "mapping")
 
@@ -518,7 +520,7 @@ class FeatureSpec:
         return self.by_name(self.sequence_table)
 
 
-ARCHITECTURES: tuple[str, ...] = ("gem", "dlrm", "dcnv2")
+ARCHITECTURES: tuple[str, ...] = ("gem", "dlrm", "dcnv2", "lr")
 
 
 @dataclass(frozen=True)
@@ -568,11 +570,12 @@ class SequenceConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The teacher (`architecture="gem"`) or a baseline (`dlrm`, `dcnv2`) in the same framework.
+    """The teacher (`architecture="gem"`) or a baseline (`dlrm`, `dcnv2`, `lr`) in the same framework.
 
-    All share the sparse arch, the representation heads (user/ad towers -> `repr_dim` unit
-    vectors) and the multi-surface multi-task heads (`shared_dims`, then per-surface
-    `surface_dims`); they differ in the interaction arch. `use_wukong`, `use_sequence` and
+    All share the sparse arch and the representation heads (user/ad towers -> `repr_dim` unit
+    vectors); gem, dlrm and dcnv2 also the multi-surface multi-task heads (`shared_dims`, then
+    per-surface `surface_dims`) and differ in the interaction arch; `lr` (logistic regression) is one
+    linear map of the feature embeddings to the logits. `use_wukong`, `use_sequence` and
     `interleave` switch GEM's parts off for ablations (see gem_model.models.gem).
     """
 

@@ -7,6 +7,7 @@ from datetime import date
 import pytest
 
 from gem_model.config import (
+    DATASET_CONFIGS,
     PRESETS,
     ConfigError,
     ExportConfig,
@@ -28,6 +29,17 @@ def test_presets_round_trip_through_json():
     for name in ("tiny", "small"):
         cfg = GemConfig.from_preset(name)
         assert GemConfig.from_dict(json.loads(cfg.to_json())) == cfg
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_each_datasets_model_config_loads_over_every_preset(preset):
+    paths = sorted(DATASET_CONFIGS.glob("*.json"))
+    assert [p.stem for p in paths] == ["frappe", "movielens"]
+    for path in paths:
+        cfg = GemConfig.load(preset, str(path))
+        assert cfg.data.source == path.stem and cfg.preset == preset
+        names = {f.name for f in cfg.features.features}
+        assert set(cfg.student.features) == names - {cfg.features.domain_feature}  # a student sees them all
 
 
 def test_partial_override_keeps_other_fields():
@@ -93,6 +105,11 @@ def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_co
     saved["student"]["a_renamed_field"] = 1  # written by an older version of the student settings
     cfg = teacher_config({"config": saved})
     assert cfg.model.repr_dim == 16 and cfg.student == GemConfig().student
+    # A teacher on a dataset's own features keeps the student feature lists that name them.
+    own = GemConfig.load("tiny", str(DATASET_CONFIGS / "frappe.json")).to_dict()
+    own["student"]["epochs"] = 9
+    cfg = teacher_config({"config": own})
+    assert cfg.student.features == tuple(own["student"]["features"]) and cfg.student.epochs == 3
 
 
 def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns():

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from dagster_project.definitions import build_definitions
 from dagster_project.demo import in_process, instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
-from gem_model.config import DATA_SOURCES, GemConfig
+from gem_model.config import DATA_SOURCES, DATASET_CONFIGS, FeatureSpec, GemConfig
 from jobs.lake import read_table
 from jobs.sources import build_source, data_dir, dataset_folder
 
@@ -55,7 +55,10 @@ def _count(spark, lake, table, where=None):
 def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     folder = dataset_folder(source)
     _head_copy(data_dir(GemConfig()) / folder, tmp_path / "data" / folder)
-    overrides = {**OVERRIDES, "data": {"data_dir": str(tmp_path / "data")}}
+    # A dataset with a model config of its own (its fields as features) runs with it.
+    shipped = DATASET_CONFIGS / f"{source}.json"
+    own = json.loads(shipped.read_text()) if shipped.is_file() else {}
+    overrides = {**own, **OVERRIDES, "data": {**own.get("data", {}), "data_dir": str(tmp_path / "data")}}
     (tmp_path / "overrides.json").write_text(json.dumps(overrides))
     lake = LakeResource(home=str(tmp_path / "gem"), preset="tiny", config_path=str(tmp_path / "overrides.json"),
                         data_source=source)
@@ -72,6 +75,13 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     assert accepted + _count(spark, lake, "bronze.rejected_rows", rejected) == raw_impressions
     assert accepted > 0.9 * raw_impressions
     assert _count(spark, lake, "gold.training_examples") == accepted
+    # Every feature has its embedding row, and each of the dataset's own fields holds values.
+    examples = read_table(spark, lake.paths.table("gold.training_examples"))
+    own_fields = [f for f in cfg.features.features if f.name not in {d.name for d in FeatureSpec().features}]
+    assert (source in ("frappe", "movielens")) == bool(own_fields)
+    if own_fields:
+        filled = examples.agg(*[F.count_if(F.col(f.idx_column) != 0).alias(f.name) for f in own_fields]).first()
+        assert min(filled) > 0, filled.asDict()
 
     holdout = cfg.world.holdout_start
     holdout_rows = _count(spark, lake, "bronze.impressions", F.col("ds") >= F.lit(holdout))

@@ -4,8 +4,9 @@ from datetime import date, datetime
 
 import pytest
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 
-from gem_model.config import FeatureSpec
+from gem_model.config import ConfigError, FeatureSpec, SparseFeature
 from jobs.features import tables
 from jobs.lake import SchemaChangeError, read_table, replace_partition
 
@@ -72,6 +73,48 @@ def test_missing_dimension_rows_map_to_the_reserved_row(spark):
     assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.user_features row
     assert out["a"]["category_idx"] == tables.MISSING_ROW  # ad 5 has no silver.ad_features row
     assert out["a"]["ad_id_idx"] != tables.MISSING_ROW  # ...but its id still gets a hashed row
+
+
+def _own_features_spec() -> FeatureSpec:
+    """A dataset's own fields as features: a user's `gender`, an ad's `genre`, the impression's `hour`."""
+    return FeatureSpec(features=(SparseFeature("user_id", 64, "user"), SparseFeature("gender", 8, "user"),
+                                 SparseFeature("ad_id", 64, "ad"), SparseFeature("genre", 16, "ad"),
+                                 SparseFeature("surface", 8, "context"), SparseFeature("hour", 32, "context")),
+                       sequence_item_attributes=("genre",))
+
+
+def test_a_datasets_own_fields_become_features_on_every_side(spark):
+    spec = _own_features_spec()
+    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, gender="f", age_bucket=None)],
+                                                              "user_id bigint, gender string, age_bucket string"), spec)
+    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, genre="drama"), Row(ad_id=12, genre="war")]),
+                                    spec)
+    imps = _impressions(spark).withColumn("hour", F.hour("ts"))
+    examples = tables.training_examples(imps, _events(spark), users, ads, spec, DS)
+    out = {r["impression_id"]: r for r in examples.collect()}
+    a = out["a"]
+    assert a["gender_idx"] == users.first()["gender_idx"] != tables.MISSING_ROW
+    assert a["genre_idx"] == ads.where("ad_id = 5").first()["genre_idx"] != tables.MISSING_ROW
+    assert a["hour"] == 10 and a["hour_idx"] == spark.range(1).select(tables.hashed(F.lit(10), 32)).first()[0]
+    assert a["seq_genre_idx"] == [ads.where("ad_id = 12").first()["genre_idx"], tables.MISSING_ROW]
+    assert out["b"]["gender_idx"] == tables.MISSING_ROW  # user 2 has no row
+
+
+@pytest.mark.parametrize(("side", "message"), [
+    ("user", "user feature(s) ['gender'] have no column in bronze.users (data source's columns not yet used as "
+             "features: ['age_bucket']); name one of those"),
+    ("context", "context feature(s) ['hour'] have no column in bronze.impressions"),
+])
+def test_a_feature_the_data_lacks_is_named_with_the_fix(spark, side, message):
+    spec = _own_features_spec()
+    users = spark.createDataFrame([Row(user_id=1, age_bucket="18-24")])
+    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, genre="drama")]), spec)
+    with pytest.raises(ConfigError) as error:
+        if side == "user":
+            tables.silver_user_features(users, spec)
+        else:
+            tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS)
+    assert str(error.value).startswith("features.features: ") and message in str(error.value)
 
 
 def test_sequence_truncated_to_max_len(spark):

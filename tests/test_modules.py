@@ -96,6 +96,26 @@ def test_a_rows_prediction_does_not_depend_on_the_rest_of_the_batch(ablation):
         assert torch.allclose(alone, together[i:i + 1], atol=1e-5), i
 
 
+def test_logistic_regression_adds_one_learned_number_per_feature_id():
+    """`lr`: changing one feature's id moves the logits by the same amount whatever the other features
+    and the history are (no interaction, no sequence)."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, dataclasses.replace(CFG.model, architecture="lr")).eval()
+    table = _batch(2, seed=5, max_len=30)
+    swapped = table.set_column(table.schema.get_field_index("ad_id_idx"), "ad_id_idx",
+                               pa.array([7, 7], pa.int64()))
+    moved = [model.logits(features_to_kjt(t, SPEC)) for t in (table, swapped)]
+    original = table.column("ad_id_idx").to_pylist()
+    assert original[0] != original[1]
+    delta = moved[1] - moved[0]  # rows differ in every other feature and in their sequences
+    for row in (0, 1):
+        same_id = table.set_column(table.schema.get_field_index("ad_id_idx"), "ad_id_idx",
+                                   pa.array([original[row]] * 2, pa.int64()))
+        base = model.logits(features_to_kjt(same_id, SPEC))
+        assert torch.allclose(model.logits(features_to_kjt(swapped, SPEC)) - base,
+                              delta[row].expand(2, -1), atol=1e-5)
+
+
 def test_surface_heads_keep_a_correction_per_surface():
     torch.manual_seed(0)
     heads = MultiSurfaceHeads(in_dim=8, shared_dims=(16,), surface_dims=(4,), n_surfaces=3, n_tasks=2)

@@ -89,6 +89,10 @@ def test_every_built_in_mapping_reads():
     ({"events": {"rows": "views"}}, "events.rows: 'views' is not 'clicks' or 'all'"),
     ({"events": {"rows": "all", "action": {"column": "stars"}}}, "events.action.column: names column 'stars'"),
     ({"impressions__encoding": "latin-9"}, "impressions.encoding: 'latin-9' is not one of"),
+    ({"clicked": "all", "converted": None}, "clicked: is `all` (every row a click) but `converted` is not given"),
+    ({"clicked": "yes"}, "clicked: 'yes' is not a label; write `all` for a log whose every row is a click"),
+    ({"impressions__holdout_files": ["march.tsv"]}, "impressions.holdout_files: ['march.tsv'] must be some, not all"),
+    ({"impressions__holdout_files": ["january.tsv", "february.tsv"]}, "must be some, not all, of impressions.files"),
 ])
 def test_a_bad_mapping_names_the_key_and_the_fix(tmp_path, changes, message):
     path = _write(tmp_path, _changed(**changes))
@@ -178,3 +182,28 @@ def test_a_users_own_log_lands_through_its_mapping(spark, tmp_path):
     users = {r["user_id"]: r for r in read_table(spark, paths.table("bronze.users")).collect()}
     assert len(alice) == 1 and users[alice.pop()]["country"] == "FR"
     assert len(users) == 3  # alice, bob, dave: carol's only line did not parse, so she is no user
+
+
+def test_a_click_log_lands_with_its_test_file_on_exactly_the_holdout_days(spark, tmp_path):
+    """`clicked: all` (every row a click, `converted` its label) and `holdout_files` (a test split)."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "train.csv").write_text("user,item,bought\n1,7,0\n1,8,1\n2,7,0\n")
+    (tmp_path / "logs" / "test.csv").write_text("user,item,bought\n2,8,1\n1,9,0\n")
+    mapping = {"name": "click_log", "impressions": {"folder": "logs", "files": ["train.csv", "test.csv"],
+                                                   "holdout_files": ["test.csv"],
+                                                   "columns": {"user": "bigint", "item": "bigint", "bought": "int"}},
+               "user_id": "user", "ad_id": "item", "surface": "feed", "clicked": "all",
+               "converted": {"column": "bought", "positive": ["1"], "negative": ["0"]}}
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
+    cfg = GemConfig.from_dict({"world": {"n_days": 3, "holdout_days": 1}}, base=cfg)
+    paths = GemPaths(tmp_path / "gem")
+    for ds in cfg.world.days:
+        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+        land_bronze(spark, cfg, paths, "bronze.events", ds)
+    imps = {r["impression_id"]: r for r in read_table(spark, paths.table("bronze.impressions")).collect()}
+    assert {i: (r["clicked"], r["converted"]) for i, r in imps.items()} == {
+        "click_log-train-0": (True, False), "click_log-train-1": (True, True), "click_log-train-2": (True, False),
+        "click_log-test-0": (True, True), "click_log-test-1": (True, False)}
+    holdout = cfg.world.days[-1]
+    assert {i for i, r in imps.items() if r["ds"] == holdout} == {"click_log-test-0", "click_log-test-1"}
+    assert read_table(spark, paths.table("bronze.events")).count() == 5  # every row a click event

@@ -61,6 +61,7 @@ class Raw:
     rows_without_ad: int = 0
     history_steps: dict[str, int] | None = None  # Taobao: real sequence steps per btag code (first copies)
     holdout_file: str | None = None  # the test split, which must fill the last day
+    holdout_rows: int | None = None  # its rows, where they fill exactly the holdout days (`holdout_files`)
     repeats: dict[str, int] = field(default_factory=dict)  # duplicate_<key> -> later copies of a key
     repeated_clicks: int = 0  # clicked later copies: rejected, so they click no event
     every_row_an_event: bool = False  # MovieLens: every rating is an event (action = the rating), not the clicks
@@ -152,6 +153,7 @@ def raw_frappe(folder: Path) -> Raw:
     repeated = _repeats([tuple(r.values()) for r in rows])  # no id: a repeated line is the duplicate
     return Raw(len(rows), sum(r["label"] == "1" for r in rows), 0, len({r["user"] for r in rows}),
                len({r["item"] for r in rows}), _largest(paths), holdout_file="frappe-test-",
+               holdout_rows=len(_dicts(paths[1])),
                repeats={"duplicate_line": sum(repeated)},
                repeated_clicks=sum(r["label"] == "1" and again for r, again in zip(rows, repeated)))
 
@@ -265,6 +267,11 @@ def test_the_test_split_fills_the_last_day(bronze):
     outside = ~F.col("impression_id").contains(bronze.raw.holdout_file)
     rows, from_elsewhere = last.agg(F.count("*"), F.count_if(outside)).first()
     assert rows > 0 and from_elsewhere == 0
+    if bronze.raw.holdout_rows is not None:  # the split is the teacher's: every test row held out, no other
+        held = F.col("ds") >= F.lit(bronze.cfg.world.holdout_start)
+        counts = bronze.impressions.agg(F.count_if(held), F.count_if(held & outside),
+                                        F.count_if(~held & ~outside)).first()
+        assert tuple(counts) == (bronze.raw.holdout_rows, 0, 0)
 
 
 def test_users_and_ads_are_unique_and_cover_the_impressions(bronze):

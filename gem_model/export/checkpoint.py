@@ -47,10 +47,19 @@ def bf16_supported(device: torch.device) -> bool:
     return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
+# Student settings that name the teacher's features: kept with them, or a teacher trained on its own
+# features (gem_model/configs) would fail the check that the students' features are among them.
+STUDENT_FEATURE_SETTINGS = ("features", "adapter_features")
+
+
 def teacher_config(manifest: dict[str, Any]) -> GemConfig:
     """The config a teacher was trained with; the sections read after training (`DOWNSTREAM_SECTIONS`)
-    take today's defaults, so a teacher stays loadable when the export or student settings evolve."""
-    return GemConfig.from_dict({k: v for k, v in manifest["config"].items() if k not in DOWNSTREAM_SECTIONS})
+    take today's defaults, so a teacher stays loadable when the export or student settings evolve,
+    except the students' feature lists, which name the teacher's features."""
+    saved = manifest["config"]
+    teacher = {k: v for k, v in saved.items() if k not in DOWNSTREAM_SECTIONS}
+    student = {k: v for k, v in saved.get("student", {}).items() if k in STUDENT_FEATURE_SETTINGS}
+    return GemConfig.from_dict({**teacher, "student": student})
 
 
 def load_model(model_dir: Path, device: torch.device | None = None, bf16: bool = False) -> LoadedModel:

@@ -7,6 +7,7 @@
            -> interaction arch: InterFormerArch (gem: Wukong x jagged attention pyramid,
               interleaved), DLRMArch or DCNv2Arch (baselines)
            -> MultiSurfaceHeads (shared + per-surface towers) -> logits [B, T]
+      (`lr`, logistic regression: LinearArch -> LinearHeads, one linear map of the embeddings)
 
 Tasks follow the funnel (ESMM): `ctr` = P(click | impression) and `cvr` = P(conversion | click),
 so P(conversion | impression) = ctr * cvr is defined on every impression. The loss lives in
@@ -23,7 +24,7 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import FeatureSpec, ModelConfig
-from gem_model.models.baselines import DCNv2Arch, DLRMArch
+from gem_model.models.baselines import DCNv2Arch, DLRMArch, LinearArch, LinearHeads
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.interformer import InterFormerArch
 from gem_model.modules.mlp import mlp
@@ -42,7 +43,15 @@ def interaction_arch(spec: FeatureSpec, config: ModelConfig, n_features: int) ->
         return DLRMArch(config, n_features)
     if config.architecture == "dcnv2":
         return DCNv2Arch(config, n_features)
+    if config.architecture == "lr":
+        return LinearArch(config, n_features)
     return InterFormerArch(spec, config, n_features)
+
+
+def heads(spec: FeatureSpec, config: ModelConfig, in_dim: int) -> nn.Module:
+    if config.architecture == "lr":
+        return LinearHeads(in_dim, len(config.tasks))
+    return MultiSurfaceHeads(in_dim, config.shared_dims, config.surface_dims, spec.domain.buckets, len(config.tasks))
 
 
 class GemModel(nn.Module):
@@ -58,8 +67,7 @@ class GemModel(nn.Module):
         self.user_tower = mlp(d * (len(self.user_features) + 1), config.tower_dims, config.repr_dim)
         self.ad_tower = mlp(d * len(self.ad_features), config.tower_dims, config.repr_dim)
         self.interaction = interaction_arch(spec, config, len(self.feature_names))
-        self.heads = MultiSurfaceHeads(self.interaction.out_dim, config.shared_dims, config.surface_dims,
-                                       spec.domain.buckets, len(config.tasks))
+        self.heads = heads(spec, config, self.interaction.out_dim)
 
     # Normalised in float32 even under bf16 autocast: unit norms to 1e-6, as the indexes' inner products assume.
     def _user(self, sparse: SparseOutput) -> torch.Tensor:

@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from gem_model.config import FeatureSpec
+from gem_model.config import ConfigError, FeatureSpec
 
 MISSING_ROW = 0
 SEQUENCE_FIELDS = ("ts", "item_id", "action")
@@ -30,6 +30,21 @@ def hashed(col: Column, buckets: int) -> Column:
     """Embedding row of a categorical value: stable across Spark versions, languages and runs."""
     row = F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets - 1)) + 1
     return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+
+
+# Where each side's feature values come from, for the error that names a missing one.
+SIDE_TABLES = {"user": "bronze.users", "ad": "bronze.ads", "context": "bronze.impressions"}
+
+
+def require_features(df: DataFrame, spec: FeatureSpec, side: str) -> None:
+    """A ConfigError naming each `side` feature that `df` (that side's table) has no column for."""
+    missing = [f.name for f in spec.side(side) if f.name not in df.columns]
+    if missing:
+        own = sorted(set(df.columns) - {f.name for f in spec.features})
+        raise ConfigError(
+            f"features.features: {side} feature(s) {missing} have no column in {SIDE_TABLES[side]} "
+            f"(data source's columns not yet used as features: {own}); name one of those, or add the column "
+            "to the source (a mapping's `features` lists, docs/datasets.md), or drop the feature")
 
 
 def with_feature_indices(df: DataFrame, spec: FeatureSpec, *sides: str) -> DataFrame:
@@ -44,11 +59,13 @@ def observable(df: DataFrame) -> DataFrame:
 
 def silver_user_features(bronze_users: DataFrame, spec: FeatureSpec) -> DataFrame:
     """silver.user_features: observable user attributes plus their embedding rows."""
+    require_features(bronze_users, spec, "user")
     return with_feature_indices(observable(bronze_users), spec, "user")
 
 
 def silver_ad_features(bronze_ads: DataFrame, spec: FeatureSpec) -> DataFrame:
     """silver.ad_features: observable ad attributes plus their embedding rows."""
+    require_features(bronze_ads, spec, "ad")
     return with_feature_indices(observable(bronze_ads), spec, "ad")
 
 
@@ -114,6 +131,7 @@ def training_examples(impressions: DataFrame, events: DataFrame, users: DataFram
 
     Impression columns (a dataset's extras included) are kept; user and ad extras stay in silver.
     """
+    require_features(impressions, spec, "context")
     imps = impressions.where(F.col("ds") == F.lit(ds))
     joined = (
         imps.join(_attributes(users, "user_id", spec, "user"), "user_id", "left")

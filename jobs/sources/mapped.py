@@ -56,8 +56,15 @@ class Source:
 
     @cached_property
     def _laid_out(self) -> DataFrame:
-        order = [F.col(self.mapping.order_by)] if self.mapping.order_by else []
-        return spread_over_days(self._rows, [*order, F.col("_file"), F.col("_row")], self.world)
+        """Rows on the calendar; the `holdout_files`' rows on exactly the holdout days, the rest before them."""
+        m, world = self.mapping, self.world
+        order = [*([F.col(m.order_by)] if m.order_by else []), F.col("_file"), F.col("_row")]
+        if not m.holdout_files:
+            return spread_over_days(self._rows, order, world)
+        held = F.col("_file").isin(*[m.files.index(f) for f in m.holdout_files])
+        train_days = world.n_days - world.holdout_days
+        return spread_over_days(self._rows.where(~held), order, world, 0, train_days).unionByName(
+            spread_over_days(self._rows.where(held), order, world, train_days, world.holdout_days))
 
     def _id(self, column: str) -> Column:
         return _id(self.mapping.layout, column)
@@ -128,5 +135,6 @@ def _id(layout: TextFile, column: str) -> Column:
     return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
 
 
-def _positive(label: Label) -> Column:
-    return F.col(label.column).cast("string").isin(*label.positive)
+def _positive(label: Label | None) -> Column:
+    """Whether a row's label is positive; None (a click log's `clicked: all`): every row is."""
+    return F.lit(True) if label is None else F.col(label.column).cast("string").isin(*label.positive)

@@ -4,6 +4,7 @@
     impressions:
       folder: logs                      # relative to data.data_dir (or absolute)
       files: [train.csv, test.csv]      # read in this order: a later file takes the later days
+      holdout_files: [test.csv]         # optional: exactly these files' rows fill the holdout days
       separator: ","
       header: true                      # the first line must name `columns`, in order
       columns: {label: int, user: bigint, item: bigint, hour: int}   # every field, in file order: its type
@@ -13,7 +14,7 @@
     user_id: user
     ad_id: item
     surface: feed                       # a surface, or {column: slot, values: {"1": feed, "2": reels}}
-    clicked: {column: label, positive: ["1"], negative: ["0"]}
+    clicked: {column: label, positive: ["1"], negative: ["0"]}   # or `all`: every row is a click
     converted: null                     # optional: the same form; null: no conversion label
     features: [hour]                    # impression columns kept as the dataset's own features; or
                                         # {name: column} to rename one that collides with a bronze column
@@ -95,11 +96,12 @@ class SourceMapping:
     folder: str
     layout: TextFile  # what every impression file holds (its name empty)
     files: tuple[str, ...]
+    holdout_files: tuple[str, ...]  # laid out on exactly the holdout days (the dataset's own test split)
     order_by: str | None
     user_id: str
     ad_id: str
     surface: Surface
-    clicked: Label
+    clicked: Label | None  # None: every row is a click (a click log, `converted` its label)
     converted: Label | None
     features: tuple[tuple[str, str], ...]  # (bronze name, column)
     users: Dimension
@@ -170,20 +172,30 @@ def load_mapping(path: Path) -> SourceMapping:
     if not NAME.fullmatch(name):
         raise reader.fail("name", f"{name!r} is not made of a-z, 0-9 and _", "rename it, e.g. my_logs")
     imps = reader.table(reader.required(root, "impressions", ""), "impressions")
-    reader.unknown(imps, ("folder", "files", *LAYOUT_KEYS, "order_by"), "impressions.")
+    reader.unknown(imps, ("folder", "files", "holdout_files", *LAYOUT_KEYS, "order_by"), "impressions.")
     files = reader.strings(reader.required(imps, "files", "impressions."), "impressions.files")
     if not files:
         raise reader.fail("impressions.files", "is empty", "list the impression files, oldest first")
+    holdout_files = reader.strings(imps.get("holdout_files"), "impressions.holdout_files")
+    if not set(holdout_files) < set(files):
+        raise reader.fail("impressions.holdout_files", f"{list(holdout_files)} must be some, not all, of "
+                          f"impressions.files {list(files)}", "name the test split's files (the rest train)")
     columns = _columns(reader, reader.required(imps, "columns", "impressions."), "impressions.columns")
     order_by = imps.get("order_by")
     if order_by is not None:
         reader.column(order_by, "impressions.order_by", columns)
-    clicked = _label(reader, reader.required(root, "clicked", ""), "clicked", columns)
+    clicked_node = reader.required(root, "clicked", "")
+    clicked = None if clicked_node == "all" else _label(reader, clicked_node, "clicked", columns)
     converted = None if root.get("converted") is None else _label(reader, root["converted"], "converted", columns)
-    layout = _layout(reader, imps, "impressions.", columns, [clicked] + ([converted] if converted else []))
+    if clicked is None and converted is None:
+        raise reader.fail("clicked", "is `all` (every row a click) but `converted` is not given",
+                          "a click log needs its conversion label: add `converted: {column: ..., positive: [...], "
+                          "negative: [...]}`")
+    layout = _layout(reader, imps, "impressions.", columns, [x for x in (clicked, converted) if x is not None])
     features = _features(reader, root.get("features"), columns)
     return SourceMapping(
-        name=name, folder=str(imps.get("folder", "")), layout=layout, files=files, order_by=order_by,
+        name=name, folder=str(imps.get("folder", "")), layout=layout, files=files,
+        holdout_files=holdout_files, order_by=order_by,
         user_id=reader.column(reader.required(root, "user_id", ""), "user_id", columns),
         ad_id=reader.column(reader.required(root, "ad_id", ""), "ad_id", columns),
         surface=_surface(reader, reader.required(root, "surface", ""), columns),
@@ -243,6 +255,9 @@ def _columns(reader: _Reader, node: Any, where: str) -> dict[str, str]:
 
 
 def _label(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> Label:
+    if isinstance(node, str):
+        fix = "write `all` for a log whose every row is a click, or " if key == "clicked" else "write "
+        raise reader.fail(key, f"{node!r} is not a label", fix + "`{column: c, positive: [...], negative: [...]}`")
     table = reader.table(node, key)
     reader.unknown(table, ("column", "positive", "negative"), f"{key}.")
     column = reader.column(reader.required(table, "column", f"{key}."), f"{key}.column", columns)

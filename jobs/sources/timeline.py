@@ -8,6 +8,7 @@ impression an hour into the first day so that history placed just before it stay
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -20,16 +21,18 @@ from jobs.features.quarantine import LINE_COLUMN
 LEAD_SECONDS = 3600
 
 
-def spread_over_days(df: DataFrame, order: list[Column], world: WorldConfig) -> DataFrame:
-    """`df` with `ts` and `ds` columns: rows in `order` spread evenly over `world.days`.
+def spread_over_days(df: DataFrame, order: list[Column], world: WorldConfig, first_day: int = 0,
+                     n_days: int | None = None) -> DataFrame:
+    """`df` with `ts` and `ds` columns: rows in `order` spread evenly over `world.days`, or over the
+    `n_days` of them from the `first_day`-th (0-based) on.
 
     The ordering must be total (end it with a unique column) so the layout is deterministic.
     """
-    span = world.n_days * 86400 - LEAD_SECONDS
+    span = (world.n_days if n_days is None else n_days) * 86400 - LEAD_SECONDS
     # One global window: fine at sample scale (thousands of rows), which is what these adapters read.
     rank = (F.row_number().over(Window.orderBy(*order)) - 1).cast("bigint")  # rank x seconds overflows int
     n = F.count(F.lit(1)).over(Window.partitionBy())
-    start = F.to_timestamp(F.lit(world.start_date.isoformat()))
+    start = F.to_timestamp(F.lit((world.start_date + timedelta(days=first_day)).isoformat()))
     with_rank = df.select("*", rank.alias("_rank"), n.alias("_n"))
     ts = start + F.make_interval(secs=F.lit(LEAD_SECONDS) + F.floor(F.col("_rank") * span / F.col("_n")))
     return with_rank.select("*", ts.alias("ts")).select(
