@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -17,6 +19,7 @@ from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
+from jobs.sources.lines import SourceFormatError
 from jobs.sources.mapped import BUILT_IN
 from jobs.sources.mapping import MappingError, load_mapping
 
@@ -91,6 +94,9 @@ def test_every_built_in_mapping_reads():
     ({"impressions__encoding": "latin-9"}, "impressions.encoding: 'latin-9' is not one of"),
     ({"clicked": "all", "converted": None}, "clicked: is `all` (every row a click) but `converted` is not given"),
     ({"clicked": "yes"}, "clicked: 'yes' is not a label; write `all` for a log whose every row is a click"),
+    ({"impressions__format": "csv"}, "impressions.format: 'csv' is not one of ['text', 'parquet', 'delta']"),
+    ({"impressions__format": "parquet"}, "impressions.separator: applies to text files only, not parquet; drop it"),
+    ({"impressions__version": 3}, "impressions.version: 3 pins no Delta table version"),
     ({"impressions__holdout_files": ["march.tsv"]}, "impressions.holdout_files: ['march.tsv'] must be some, not all"),
     ({"impressions__holdout_files": ["january.tsv", "february.tsv"]}, "must be some, not all, of impressions.files"),
 ])
@@ -207,3 +213,45 @@ def test_a_click_log_lands_with_its_test_file_on_exactly_the_holdout_days(spark,
     holdout = cfg.world.days[-1]
     assert {i for i, r in imps.items() if r["ds"] == holdout} == {"click_log-test-0", "click_log-test-1"}
     assert read_table(spark, paths.table("bronze.events")).count() == 5  # every row a click event
+
+
+# (user, item, label): an id that is no bigint, a label outside its values, and a repeat of the second row.
+COLUMNAR_ROWS = [("1", 7, 1), ("2", 8, 0), ("x", 9, 0), ("1", 8, 2), ("2", 8, 0)]
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "delta"])
+def test_parquet_and_delta_logs_land_strictly(spark, tmp_path, file_format):
+    logs = tmp_path / "logs"
+    columns = {"user": [r[0] for r in COLUMNAR_ROWS], "item": [r[1] for r in COLUMNAR_ROWS],
+               "label": [r[2] for r in COLUMNAR_ROWS], "unused": ["a"] * len(COLUMNAR_ROWS)}
+    if file_format == "parquet":
+        logs.mkdir()
+        pq.write_table(pa.table(columns), logs / "day")
+    else:  # version 0 is the rows above; version 1 appends one that a pinned version 0 must not read
+        spark.createDataFrame(pa.table(columns).to_pandas()).write.format("delta").save(str(logs / "day"))
+        spark.createDataFrame([("3", 9, 1, "a")], list(columns)).write.format("delta").mode("append") \
+            .save(str(logs / "day"))
+    impressions = {"folder": "logs", "files": ["day"], "format": file_format,
+                   "columns": {"user": "bigint", "item": "bigint", "label": "int"}}
+    if file_format == "delta":
+        impressions["version"] = 0
+    mapping = {"name": "columnar", "impressions": impressions, "user_id": "user", "ad_id": "item", "surface": "feed",
+               "clicked": {"column": "label", "positive": ["1"], "negative": ["0"]}}
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
+    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
+    paths = GemPaths(tmp_path / "gem")
+    for ds in cfg.world.days:
+        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+    accepted = sorted((r["user_id"], r["ad_id"], r["clicked"])
+                      for r in read_table(spark, paths.table("bronze.impressions")).collect())
+    assert accepted == [(1, 7, True), (2, 8, False)]
+    rejected = sorted((r["reason"], r["raw_line"], r["source_file"])
+                      for r in read_table(spark, paths.table("bronze.rejected_rows")).collect())
+    assert rejected == [("duplicate_line", '{"user":"2","item":8,"label":0}', "logs/day"),
+                        ("invalid_label_label", '{"user":"1","item":8,"label":2}', "logs/day"),
+                        ("unparsable_user", '{"user":"x","item":9,"label":0}', "logs/day")]
+    # A declared column the input lacks: its format changed, and nothing lands.
+    impressions["columns"]["when"] = "timestamp"
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
+    with pytest.raises(SourceFormatError, match=r"logs/day: the .* input lacks column\(s\) \['when'\]"):
+        land_bronze(spark, cfg, GemPaths(tmp_path / "other"), "bronze.impressions", cfg.world.days[0])

@@ -44,8 +44,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from jobs.features.quarantine import LINE_COLUMN
+from jobs.sources import columnar
 
 LABEL_VALUES = ("0", "1")
+FORMATS = ("text", "parquet", "delta")  # delimited text here; the columnar ones in jobs.sources.columnar
 
 
 class SourceFormatError(ValueError):
@@ -62,7 +64,9 @@ class Field(NamedTuple):
 
 @dataclass(frozen=True)
 class TextFile:
-    """One delimited file of a dataset (`name` under the dataset's folder) and what its lines must hold."""
+    """One delimited file of a dataset (`name` under the dataset's folder) and what its lines must hold;
+    or, with `format` parquet or delta, a columnar input read by `jobs.sources.columnar` (the text-only
+    settings unused)."""
 
     name: str
     fields: tuple[Field, ...]
@@ -73,6 +77,8 @@ class TextFile:
     timestamp_format: str | None = None  # how `timestamp` fields are written
     separator: str = ","  # one character; fields in double quotes may hold it
     encoding: str = "utf-8"  # another (ISO-8859-1, windows-1252) is decoded before the checks
+    format: str = "text"  # or parquet (a file or a folder of files), delta (a table): jobs.sources.columnar
+    version: int | None = None  # delta: the table version read (None: the latest)
 
     @property
     def n_fields(self) -> int:
@@ -86,6 +92,18 @@ class TextFile:
 def parsed() -> Column:
     """Rows whose line parsed: the only ones users, ads and events may be derived from."""
     return F.col(f"{LINE_COLUMN}.error").isNull()
+
+
+def check_columns(spark: SparkSession, path: Path, table: TextFile) -> None:
+    """Raise `SourceFormatError` unless the columnar input at `path` exists and has every declared column."""
+    if not path.exists():
+        raise SourceFormatError(f"{path} does not exist; point the mapping's files at an existing {table.format} "
+                                f"{'table' if table.format == 'delta' else 'file or folder'}")
+    found = columnar.columns(spark, path, table)
+    missing = [f.name for f in table.fields if f.name not in found]
+    if missing:
+        raise SourceFormatError(f"{path}: the {table.format} input lacks column(s) {missing}: the format changed "
+                                f"and nothing landed; its columns are {found}: map those, or restore these")
 
 
 def check_header(path: Path, text_file: TextFile) -> None:
@@ -119,7 +137,10 @@ def read_text_files(spark: SparkSession, folder: Path, source: str, files: Seque
     and impressions) reads the same lines, and parsing them each time cost several seconds a use.
     """
     for text_file in files:
-        check_header(folder / text_file.name, text_file)
+        if text_file.format == "text":
+            check_header(folder / text_file.name, text_file)
+        else:
+            check_columns(spark, folder / text_file.name, text_file)
     key = _ParseKey(spark.sparkContext.applicationId, str(folder), source, tuple(files),
                     tuple(_stamp(folder / f.name) for f in files))
     if key not in _PARSED:
@@ -144,6 +165,11 @@ _PARSED: dict[_ParseKey, DataFrame] = {}
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
+    """A file's size, modification time and inode; a folder's (Parquet files, a Delta table) the
+    count, total size and newest modification of the files under it."""
+    if path.is_dir():
+        stats = [p.stat() for p in path.rglob("*") if p.is_file()]
+        return len(stats), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
@@ -152,7 +178,8 @@ def _parse_files(spark: SparkSession, folder: Path, source: str, files: Sequence
     layouts: dict[TextFile, list[tuple[int, TextFile]]] = {}
     for i, text_file in enumerate(files):
         layouts.setdefault(dataclasses.replace(text_file, name=""), []).append((i, text_file))
-    parts = [_parse(_numbered_lines(spark, folder, source, group), layout) for layout, group in layouts.items()]
+    parts = [_parse(_numbered_lines(spark, folder, source, group), layout) if layout.format == "text"
+             else columnar.numbered_rows(spark, folder, source, group, layout) for layout, group in layouts.items()]
     rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     return _flag_duplicates(rows)
 

@@ -1,10 +1,12 @@
-"""A source mapping: one file (YAML or JSON) that maps a user's own delimited logs onto the bronze tables.
+"""A source mapping: one file (YAML or JSON) that maps a user's own logs (delimited text, Parquet or Delta)
+onto the bronze tables.
 
     name: my_logs                       # [a-z0-9_]+: impression ids <name>-<file stem>-<row>
     impressions:
       folder: logs                      # relative to data.data_dir (or absolute)
       files: [train.csv, test.csv]      # read in this order: a later file takes the later days
       holdout_files: [test.csv]         # optional: exactly these files' rows fill the holdout days
+      format: text                      # or parquet (files or folders), delta (tables; `version: N` pins one)
       separator: ","
       header: true                      # the first line must name `columns`, in order
       columns: {label: int, user: bigint, item: bigint, hour: int}   # every field, in file order: its type
@@ -38,13 +40,15 @@ from typing import Any
 import yaml
 
 from jobs import table_contract as contract
-from jobs.sources.lines import Field, TextFile
+from jobs.sources.lines import FORMATS, Field, TextFile
 
 TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp")
 USER_ATTRIBUTES = tuple(c.name for c in contract.USER_ATTRIBUTES)
 AD_ATTRIBUTES = tuple(c.name for c in contract.AD_ATTRIBUTES)
-# Keys that describe a delimited file's layout (impressions', or a dimension's own file).
-LAYOUT_KEYS = ("separator", "header", "columns", "key", "timestamp_format", "encoding")
+# Keys that describe an input's layout (impressions', or a dimension's own file); the text-only ones
+# do not apply to Parquet or Delta.
+TEXT_KEYS = ("separator", "header", "timestamp_format", "encoding")
+LAYOUT_KEYS = ("format", "version", "columns", "key", *TEXT_KEYS)
 ENCODINGS = ("utf-8", "iso-8859-1", "windows-1252")
 NAME = re.compile(r"[a-z0-9_]+")
 # Bronze and gold columns an impression feature must not shadow (it would collide in the examples' join),
@@ -209,6 +213,19 @@ def load_mapping(path: Path) -> SourceMapping:
 def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str],
             labels: list[Label]) -> TextFile:
     """What every file of a table holds (its name left empty), from the keys of LAYOUT_KEYS."""
+    file_format = str(node.get("format", "text"))
+    if file_format not in FORMATS:
+        raise reader.fail(f"{where}format", f"{file_format!r} is not one of {list(FORMATS)}",
+                          "text: delimited files; parquet: Parquet files or folders; delta: Delta tables")
+    version = node.get("version")
+    if version is not None and (file_format != "delta" or not isinstance(version, int) or version < 0):
+        raise reader.fail(f"{where}version", f"{version!r} pins no Delta table version",
+                          "give a version number >= 0 of a `format: delta` input, or drop it for the latest")
+    if file_format != "text":
+        for k in TEXT_KEYS:
+            if k in node:
+                raise reader.fail(f"{where}{k}", f"applies to text files only, not {file_format}",
+                                  f"drop it: a {file_format} input's columns carry their own types")
     separator = str(node.get("separator", ","))
     if len(separator) != 1 or separator == '"':
         raise reader.fail(f"{where}separator", f"{separator!r} is not one character other than a quote",
@@ -229,6 +246,7 @@ def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str
         labels=tuple(label.column for label in labels),
         label_values=tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative))),
         key=key, timestamp_format=node.get("timestamp_format"), separator=separator, encoding=encoding,
+        format=file_format, version=version,
     )
 
 
