@@ -20,7 +20,7 @@ demo: $(VENV)/.installed
 	$(BIN)/gem demo
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 ui: $(VENV)/.installed
 	home=$${DAGSTER_HOME:-$(GEM_HOME)/dagster}; mkdir -p $$home; \
