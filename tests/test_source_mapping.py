@@ -97,6 +97,12 @@ def test_every_built_in_mapping_reads():
     ({"impressions__format": "csv"}, "impressions.format: 'csv' is not one of ['text', 'parquet', 'delta']"),
     ({"impressions__format": "parquet"}, "impressions.separator: applies to text files only, not parquet; drop it"),
     ({"impressions__version": 3}, "impressions.version: 3 pins no Delta table version"),
+    ({"events": {"file": "views.tsv", "columns": {"who": "string", "what": "bigint", "at": "bigint"}, "user": "who",
+                 "item": "what", "order_by": "when"}}, "events.order_by: names column 'when', which `events.columns`"),
+    ({"events": {"file": "views.tsv", "columns": {"who": "string", "what": "bigint", "at": "int"}, "user": "who",
+                 "item": "what", "order_by": "at"}}, "events.order_by: 'at' is int, impressions.order_by 'shown_at'"),
+    ({"events": {"file": "views.tsv", "columns": {"who": "string", "what": "bigint", "at": "bigint"}, "user": "who",
+                 "item": "what", "order_by": "at"}}, "events.surface: is missing, and the impressions' surface"),
     ({"impressions__holdout_files": ["march.tsv"]}, "impressions.holdout_files: ['march.tsv'] must be some, not all"),
     ({"impressions__holdout_files": ["january.tsv", "february.tsv"]}, "must be some, not all, of impressions.files"),
 ])
@@ -255,3 +261,36 @@ def test_parquet_and_delta_logs_land_strictly(spark, tmp_path, file_format):
     cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
     with pytest.raises(SourceFormatError, match=r"logs/day: the .* input lacks column\(s\) \['when'\]"):
         land_bronze(spark, cfg, GemPaths(tmp_path / "other"), "bronze.impressions", cfg.world.days[0])
+
+
+def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(spark, tmp_path):
+    """Views logged apart from the impressions: laid out with them in time order, bad lines quarantined."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "shown.csv").write_text("at,user,item,clicked\n100,1,7,1\n300,1,8,0\n500,2,7,1\n700,2,8,0\n")
+    (tmp_path / "logs" / "views.csv").write_text("at,user,item,kind\n50,1,9,view\n350,1,9,cart\n650,2,9,view\n"
+                                                 "x,2,9,view\n")
+    mapping = {"name": "two_logs", "impressions": {"folder": "logs", "files": ["shown.csv"], "order_by": "at",
+                                                  "columns": {"at": "bigint", "user": "bigint", "item": "bigint",
+                                                              "clicked": "int"}},
+               "user_id": "user", "ad_id": "item", "surface": "feed",
+               "clicked": {"column": "clicked", "positive": ["1"], "negative": ["0"]},
+               "events": {"file": "views.csv", "columns": {"at": "bigint", "user": "bigint", "item": "bigint",
+                                                           "kind": "string"},
+                          "user": "user", "item": "item", "order_by": "at", "action": {"column": "kind"}}}
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
+    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
+    paths = GemPaths(tmp_path / "gem")
+    for ds in cfg.world.days:
+        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+        land_bronze(spark, cfg, paths, "bronze.events", ds)
+    shown = {r["impression_id"]: r["ts"] for r in read_table(spark, paths.table("bronze.impressions")).collect()}
+    events = sorted((r["ts"], r["user_id"], r["item_id"], r["action"])
+                    for r in read_table(spark, paths.table("bronze.events")).collect())
+    assert [e[1:] for e in events] == [(1, 9, "view"), (1, 9, "cart"), (2, 9, "view")]  # not a click among them
+    # One calendar in time order: the view at 50 before the first impression (100), the cart at 350
+    # between the impressions at 300 and 500, the view at 650 between 500 and 700.
+    ts = [shown[f"two_logs-shown-{i}"] for i in range(4)]
+    assert events[0][0] < ts[0] and ts[1] < events[1][0] < ts[2] and ts[2] < events[2][0] < ts[3]
+    rejected = [(r["source_table"], r["reason"], r["source_file"], r["source_line"])
+                for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
+    assert rejected == [("bronze.events", "unparsable_at", "logs/views.csv", 5)]

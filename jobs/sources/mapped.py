@@ -1,10 +1,11 @@
 """A `jobs.sources.Source` defined by a source mapping (`jobs.sources.mapping`), no Python needed.
 
 `data.source = "mapping"` reads the mapping at `data.mapping` (or $GEM_SOURCE_MAPPING), its files found
-relative to the mapping file; a built-in source whose format a mapping can express (Frappe) is a
-mapping under `jobs/sources/mappings/` (Frappe, MovieLens), its files relative to the datasets folder. The
-files are read strictly (`jobs.sources.lines`), laid out on the calendar like every real dataset's
-(`jobs.sources.timeline`); the behaviour events are the clicks or every row (`events`).
+relative to the mapping file; a built-in source whose format a mapping can express is a mapping under
+`jobs/sources/mappings/` (Frappe, MovieLens), its files relative to the datasets folder. The files are
+read strictly (`jobs.sources.lines`, `jobs.sources.columnar`), laid out on the calendar like every real
+dataset's (`jobs.sources.timeline`); the behaviour events are the clicks, every row, or the lines of a
+file of their own laid out with the impressions by time (`events`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gem_model.config import ConfigError, GemConfig
 from jobs import table_contract as contract
 from jobs.features.quarantine import LINE_COLUMN
 from jobs.sources.lines import TextFile, parsed, read_text_files
-from jobs.sources.mapping import Dimension, Label, SourceMapping, load_mapping
+from jobs.sources.mapping import Dimension, Label, SourceMapping, Surface, load_mapping
 from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 BUILT_IN = Path(__file__).with_name("mappings")
@@ -58,6 +59,8 @@ class Source:
     def _laid_out(self) -> DataFrame:
         """Rows on the calendar; the `holdout_files`' rows on exactly the holdout days, the rest before them."""
         m, world = self.mapping, self.world
+        if m.events.rows == "file":
+            return self._with_events.where(F.col("_imp").isNotNull()).select("_imp.*", "ts", "ds")
         order = [*([F.col(m.order_by)] if m.order_by else []), F.col("_file"), F.col("_row")]
         if not m.holdout_files:
             return spread_over_days(self._rows, order, world)
@@ -66,21 +69,27 @@ class Source:
         return spread_over_days(self._rows.where(~held), order, world, 0, train_days).unionByName(
             spread_over_days(self._rows.where(held), order, world, train_days, world.holdout_days))
 
+    @cached_property
+    def _with_events(self) -> DataFrame:
+        """Impressions (struct `_imp`) and the events' own file's lines (struct `_evt`) laid out together in
+        time order (ties: impressions first, then file order), so both keep their real order on one calendar."""
+        m, events = self.mapping, self.mapping.events
+        event_rows = read_text_files(self.spark, self.folder, m.name, [events.file])
+        imps = self._rows.select(F.struct("*").alias("_imp"), F.col(m.order_by).alias("_t"), F.lit(0).alias("_kind"),
+                                 "_file", "_row")
+        evts = event_rows.select(F.struct("*").alias("_evt"), F.col(events.order_by).alias("_t"),
+                                 F.lit(1).alias("_kind"), "_file", "_row")
+        together = imps.unionByName(evts, allowMissingColumns=True)
+        return spread_over_days(together, [F.col("_t"), F.col("_kind"), F.col("_file"), F.col("_row")], self.world)
+
     def _id(self, column: str) -> Column:
         return _id(self.mapping.layout, column)
 
-    def _surface(self) -> tuple[Column, Column]:
-        surface = self.mapping.surface
-        if surface.constant:
-            return F.lit(surface.constant), F.lit(None).cast("string")
-        codes = F.create_map(*[F.lit(x) for pair in surface.values for x in pair])
-        code = F.col(surface.column).cast("string")
-        return F.try_element_at(codes, code), code
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with the mapping's features as the dataset's own columns."""
         m = self.mapping
-        surface, source_surface = self._surface()
+        surface, source_surface = _surface(self.mapping.surface)
         converted = _positive(m.converted) if m.converted else F.lit(False)
         return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
             "impression_id", "ts", "ds", self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("ad_id"),
@@ -91,8 +100,11 @@ class Source:
         )
 
     def events(self, ds: date) -> DataFrame:
-        """The day's clicks, or every impression of the day whose line parsed, as `events.action`."""
+        """The day's clicks, every impression of the day whose line parsed, or the lines of the events' own
+        file (bad ones for the quarantine), as `events.action`."""
         events = self.mapping.events
+        if events.rows == "file":
+            return self._file_events(ds)
         if events.rows == "clicks" and events.action == "click":
             return click_events(self.impressions(ds))
         m = self.mapping
@@ -101,7 +113,17 @@ class Source:
             rows = rows.where(_positive(m.clicked))
         action = F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
         return rows.select(self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("item_id"),
-                           action.alias("action"), self._surface()[0].alias("surface"), "ts", "ds")
+                           action.alias("action"), _surface(self.mapping.surface)[0].alias("surface"), "ts", "ds")
+
+    def _file_events(self, ds: date) -> DataFrame:
+        events = self.mapping.events
+        rows = self._with_events.where(F.col("_evt").isNotNull() & (F.col("ds") == F.lit(ds))).select(
+            "_evt.*", "ts", "ds")
+        action = F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
+        surface = _surface(events.surface or self.mapping.surface)[0]
+        return rows.select(_id(events.file, events.user).alias("user_id"),
+                           _id(events.file, events.item).alias("item_id"), action.alias("action"),
+                           surface.alias("surface"), "ts", "ds", LINE_COLUMN)
 
     def users(self) -> DataFrame:
         """bronze.users: from the users' own file, else each user's earliest parsed impression row."""
@@ -133,6 +155,15 @@ def _id(layout: TextFile, column: str) -> Column:
     """An integral id column as it is; any other (text ids) as a stable derived id."""
     kind = {f.name: f.type for f in layout.fields}[column]
     return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
+
+
+def _surface(surface: Surface) -> tuple[Column, Column]:
+    """(surface, the source's own code): a constant, or the column's code mapped (null when unmapped)."""
+    if surface.constant:
+        return F.lit(surface.constant), F.lit(None).cast("string")
+    codes = F.create_map(*[F.lit(x) for pair in surface.values for x in pair])
+    code = F.col(surface.column).cast("string")
+    return F.try_element_at(codes, code), code
 
 
 def _positive(label: Label | None) -> Column:

@@ -22,6 +22,7 @@ onto the bronze tables.
                                         # {name: column} to rename one that collides with a bronze column
     users: {attributes: {age_bucket: null, country: null, device: null}, features: []}
     ads: {attributes: {advertiser_id: null, category: null, ad_format: null, objective: null}, features: []}
+    events: {rows: clicks, action: click}   # or rows: all; or {file: views.csv, user:, item:, order_by:, ...}
 
 Label values are matched as written in the file; a value in neither set is an `invalid_label_<column>`
 row in the quarantine. Every problem is a `MappingError` naming the file, the key, what is wrong and
@@ -87,11 +88,17 @@ class Dimension:
 
 @dataclass(frozen=True)
 class Events:
-    """Behaviour events: the clicked impressions, or every impression; the action a constant or a column's value."""
+    """Behaviour events: the clicked impressions, every impression, or the lines of a file of their own
+    (`file`); the action a constant or a column's value."""
 
-    rows: str  # "clicks" or "all"
+    rows: str  # "clicks", "all" or "file"
     action: str | None
     action_column: str | None
+    file: TextFile | None = None  # rows "file": its layout, and the columns of its user, item and time
+    user: str | None = None
+    item: str | None = None
+    order_by: str | None = None  # the events' time, in the units of impressions.order_by
+    surface: Surface | None = None  # None: the impressions' constant surface
 
 
 @dataclass(frozen=True)
@@ -149,9 +156,9 @@ class _Reader:
             raise self.fail(key, f"expected a list of names or values, found {node!r}", "write it as [a, b, c]")
         return tuple(str(v) for v in node)
 
-    def column(self, node: Any, key: str, columns: dict[str, str]) -> str:
+    def column(self, node: Any, key: str, columns: dict[str, str], table: str = "impressions") -> str:
         if not isinstance(node, str) or node not in columns:
-            raise self.fail(key, f"names column {node!r}, which `impressions.columns` does not have",
+            raise self.fail(key, f"names column {node!r}, which `{table}.columns` does not have",
                             f"use one of {list(columns)}")
         return node
 
@@ -197,7 +204,7 @@ def load_mapping(path: Path) -> SourceMapping:
                           "negative: [...]}`")
     layout = _layout(reader, imps, "impressions.", columns, [x for x in (clicked, converted) if x is not None])
     features = _features(reader, root.get("features"), columns)
-    return SourceMapping(
+    mapping = SourceMapping(
         name=name, folder=str(imps.get("folder", "")), layout=layout, files=files,
         holdout_files=holdout_files, order_by=order_by,
         user_id=reader.column(reader.required(root, "user_id", ""), "user_id", columns),
@@ -206,8 +213,12 @@ def load_mapping(path: Path) -> SourceMapping:
         clicked=clicked, converted=converted, features=features,
         users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
         ads=_dimension(reader, root.get("ads"), "ads", AD_ATTRIBUTES, columns),
-        events=_events(reader, root.get("events"), columns),
+        events=_events(reader, root.get("events"), columns, order_by, holdout_files),
     )
+    if mapping.events.rows == "file" and mapping.events.surface is None and mapping.surface.constant is None:
+        raise reader.fail("events.surface", "is missing, and the impressions' surface comes from a column",
+                          "give the events' surface: a constant, or {column: ..., values: {...}}")
+    return mapping
 
 
 def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str],
@@ -287,13 +298,14 @@ def _label(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> Lab
     return Label(column, positive, negative)
 
 
-def _surface(reader: _Reader, node: Any, columns: dict[str, str]) -> Surface:
+def _surface(reader: _Reader, node: Any, columns: dict[str, str], key: str = "surface",
+             table_name: str = "impressions") -> Surface:
     if isinstance(node, str):
         return Surface(constant=node)
-    table = reader.table(node, "surface")
-    reader.unknown(table, ("column", "values"), "surface.")
-    column = reader.column(reader.required(table, "column", "surface."), "surface.column", columns)
-    values = reader.table(reader.required(table, "values", "surface."), "surface.values")
+    table = reader.table(node, key)
+    reader.unknown(table, ("column", "values"), f"{key}.")
+    column = reader.column(reader.required(table, "column", f"{key}."), f"{key}.column", columns, table_name)
+    values = reader.table(reader.required(table, "values", f"{key}."), f"{key}.values")
     return Surface(column=column, values=tuple((str(code), str(surface)) for code, surface in values.items()))
 
 
@@ -301,10 +313,11 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
     table = reader.table(node if node is not None else {}, key)
     reader.unknown(table, ("file", "id", *LAYOUT_KEYS, "attributes", "features"), f"{key}.")
     file = table.get("file")
+    source = key if file is not None else "impressions"  # whose columns the keys below name
     if file is not None:  # its own file: every column named from that file's columns
         columns = _columns(reader, reader.required(table, "columns", f"{key}."), f"{key}.columns")
         layout = dataclasses.replace(_layout(reader, table, f"{key}.", columns, []), name=str(file))
-        id_column = reader.column(reader.required(table, "id", f"{key}."), f"{key}.id", columns)
+        id_column = reader.column(reader.required(table, "id", f"{key}."), f"{key}.id", columns, source)
     else:
         for k in ("id", *LAYOUT_KEYS):
             if k in table:
@@ -312,16 +325,19 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
         layout, id_column = None, None
     given = reader.table(table.get("attributes") or {}, f"{key}.attributes")
     reader.unknown(given, attributes, f"{key}.attributes.")
-    mapped = tuple((a, None if given.get(a) is None else reader.column(given[a], f"{key}.attributes.{a}", columns))
-                   for a in attributes)
+    mapped = tuple((a, None if given.get(a) is None
+                    else reader.column(given[a], f"{key}.attributes.{a}", columns, source)) for a in attributes)
     features = reader.strings(table.get("features"), f"{key}.features")
     for i, f in enumerate(features):
-        reader.column(f, f"{key}.features[{i}]", columns)
+        reader.column(f, f"{key}.features[{i}]", columns, source)
     return Dimension(mapped, features, layout, id_column)
 
 
-def _events(reader: _Reader, node: Any, columns: dict[str, str]) -> Events:
+def _events(reader: _Reader, node: Any, columns: dict[str, str], order_by: str | None,
+            holdout_files: tuple[str, ...]) -> Events:
     table = reader.table(node if node is not None else {}, "events")
+    if "file" in table:
+        return _event_file(reader, table, columns, order_by, holdout_files)
     reader.unknown(table, ("rows", "action"), "events.")
     rows = table.get("rows", "clicks")
     if rows not in ("clicks", "all"):
@@ -333,3 +349,32 @@ def _events(reader: _Reader, node: Any, columns: dict[str, str]) -> Events:
         return Events(rows, None, reader.column(reader.required(action, "column", "events.action."),
                                                 "events.action.column", columns))
     return Events(rows, str(action), None)
+
+
+def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, str], imp_order_by: str | None,
+                holdout_files: tuple[str, ...]) -> Events:
+    """Events from a file of their own, laid out on the calendar together with the impressions by time."""
+    reader.unknown(table, ("file", *LAYOUT_KEYS, "user", "item", "order_by", "action", "surface"), "events.")
+    if imp_order_by is None or holdout_files:
+        raise reader.fail("events.file", "needs the impressions in time order, without holdout_files",
+                          "give impressions.order_by (a time column) and drop impressions.holdout_files: events "
+                          "and impressions share one calendar laid out by time")
+    columns = _columns(reader, reader.required(table, "columns", "events."), "events.columns")
+    layout = dataclasses.replace(_layout(reader, table, "events.", columns, []), name=str(table["file"]))
+    user, item, order_by = (reader.column(reader.required(table, k, "events."), f"events.{k}", columns, "events")
+                            for k in ("user", "item", "order_by"))
+    if columns[order_by] != imp_columns[imp_order_by]:
+        raise reader.fail("events.order_by", f"{order_by!r} is {columns[order_by]}, impressions.order_by "
+                          f"{imp_order_by!r} is {imp_columns[imp_order_by]}",
+                          "both must be one clock in one unit (e.g. Unix seconds as bigint)")
+    action = table.get("action", "click")
+    action_column = None
+    if isinstance(action, dict):
+        reader.unknown(action, ("column",), "events.action.")
+        action_column = reader.column(reader.required(action, "column", "events.action."), "events.action.column",
+                                      columns, "events")
+        action = None
+    surface = None if table.get("surface") is None else \
+        _surface(reader, table["surface"], columns, "events.surface", "events")
+    return Events("file", None if action is None else str(action), action_column, layout, user, item, order_by,
+                  surface)
