@@ -73,7 +73,8 @@ def test_yaml_and_json_mappings_read_the_same(tmp_path):
 
 
 def test_every_built_in_mapping_reads():
-    assert [load_mapping(p).name for p in sorted(BUILT_IN.glob("*.yaml"))] == ["frappe", "movielens"]
+    names = [load_mapping(p).name for p in sorted(BUILT_IN.glob("*.yaml"))]
+    assert names == ["ali_ccp", "aliexpress", "frappe", "movielens"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -103,6 +104,8 @@ def test_every_built_in_mapping_reads():
                  "item": "what", "order_by": "at"}}, "events.order_by: 'at' is int, impressions.order_by 'shown_at'"),
     ({"events": {"file": "views.tsv", "columns": {"who": "string", "what": "bigint", "at": "bigint"}, "user": "who",
                  "item": "what", "order_by": "at"}}, "events.surface: is missing, and the impressions' surface"),
+    ({"impressions__header": ["shown", "who"]}, "impressions.header: ['shown', 'who'] does not name each of the 8"),
+    ({"ad_id": ["product", "hours"]}, "ad_id[1]: names column 'hours', which `impressions.columns` does not have"),
     ({"impressions__holdout_files": ["march.tsv"]}, "impressions.holdout_files: ['march.tsv'] must be some, not all"),
     ({"impressions__holdout_files": ["january.tsv", "february.tsv"]}, "must be some, not all, of impressions.files"),
 ])

@@ -25,8 +25,8 @@ from gem_model.config import GemConfig
 MODULES = {
     "synthetic": "jobs.features.world",
     "taobao": "jobs.sources.taobao",
-    "ali_ccp": "jobs.sources.ali_ccp",
-    "aliexpress": "jobs.sources.aliexpress",
+    "ali_ccp": "jobs.sources.mapped",  # jobs/sources/mappings/ali_ccp.yaml
+    "aliexpress": "jobs.sources.mapped",  # jobs/sources/mappings/aliexpress.yaml
     "criteo": "jobs.sources.criteo",
     "open_bandit": "jobs.sources.open_bandit",
     "frappe": "jobs.sources.mapped",  # jobs/sources/mappings/frappe.yaml

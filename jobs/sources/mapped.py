@@ -2,10 +2,10 @@
 
 `data.source = "mapping"` reads the mapping at `data.mapping` (or $GEM_SOURCE_MAPPING), its files found
 relative to the mapping file; a built-in source whose format a mapping can express is a mapping under
-`jobs/sources/mappings/` (Frappe, MovieLens), its files relative to the datasets folder. The files are
-read strictly (`jobs.sources.lines`, `jobs.sources.columnar`), laid out on the calendar like every real
-dataset's (`jobs.sources.timeline`); the behaviour events are the clicks, every row, or the lines of a
-file of their own laid out with the impressions by time (`events`).
+`jobs/sources/mappings/` (Ali-CCP, AliExpress, Frappe, MovieLens), its files relative to the datasets
+folder. The files are read strictly (`jobs.sources.lines`, `jobs.sources.columnar`), laid out on the
+calendar like every real dataset's (`jobs.sources.timeline`); the behaviour events are the clicks,
+every row, or the lines of a file of their own laid out with the impressions by time (`events`).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ class Source:
         together = imps.unionByName(evts, allowMissingColumns=True)
         return spread_over_days(together, [F.col("_t"), F.col("_kind"), F.col("_file"), F.col("_row")], self.world)
 
-    def _id(self, column: str) -> Column:
-        return _id(self.mapping.layout, column)
+    def _id(self, columns: tuple[str, ...]) -> Column:
+        return _id(self.mapping.layout, *columns)
 
 
     def impressions(self, ds: date) -> DataFrame:
@@ -133,7 +133,7 @@ class Source:
         """bronze.ads: from the ads' own file, else each ad's earliest parsed impression row."""
         return self._dimension(self.mapping.ads, self.mapping.ad_id, "ad_id", contract.AD_ATTRIBUTES)
 
-    def _dimension(self, dimension: Dimension, column: str, key: str,
+    def _dimension(self, dimension: Dimension, id_columns: tuple[str, ...], key: str,
                    contract_columns: tuple[contract.Column, ...]) -> DataFrame:
         attributes, features = dimension.attributes, dimension.features
         types = {c.name: c.type for c in contract_columns}
@@ -143,7 +143,7 @@ class Source:
             return rows.select(_id(dimension.file, dimension.id).alias(key), *attribute_columns, *features,
                                LINE_COLUMN)
         values = [F.col(c).alias(a) for a, c in attributes if c] + [F.col(f) for f in features]
-        rows = self._rows.where(parsed()).select(self._id(column).alias(key), "_file", "_row", *values)
+        rows = self._rows.where(parsed()).select(self._id(id_columns).alias(key), "_file", "_row", *values)
         wanted = [F.lit(0).alias("_"), *[a for a, c in attributes if c], *features]  # a struct needs a field
         first = rows.groupBy(key).agg(F.min_by(F.struct(*wanted), F.struct("_file", "_row")).alias("v"))
         return first.select(key, *[(F.col(f"v.{a}") if c else F.lit(None)).cast(types[a]).alias(a)
@@ -151,10 +151,12 @@ class Source:
                             *[F.col(f"v.{f}").alias(f) for f in features])
 
 
-def _id(layout: TextFile, column: str) -> Column:
-    """An integral id column as it is; any other (text ids) as a stable derived id."""
-    kind = {f.name: f.type for f in layout.fields}[column]
-    return F.col(column).cast("bigint") if kind in INTEGRAL else derived_id(F.col(column))
+def _id(layout: TextFile, *columns: str) -> Column:
+    """One integral id column as it is; a text id, or several columns together, as a stable derived id."""
+    kinds = {f.name: f.type for f in layout.fields}
+    if len(columns) == 1 and kinds[columns[0]] in INTEGRAL:
+        return F.col(columns[0]).cast("bigint")
+    return derived_id(*map(F.col, columns))
 
 
 def _surface(surface: Surface) -> tuple[Column, Column]:

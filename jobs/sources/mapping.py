@@ -13,7 +13,7 @@ onto the bronze tables.
       key: []                           # columns identifying a line (duplicates); []: the whole line
       order_by: null                    # a column giving the rows' time order; null: file order
       timestamp_format: null            # how `timestamp` columns are written (Spark datetime pattern)
-    user_id: user
+    user_id: user                       # a column, or [a, b]: several hashed together into one id
     ad_id: item
     surface: feed                       # a surface, or {column: slot, values: {"1": feed, "2": reels}}
     clicked: {column: label, positive: ["1"], negative: ["0"]}   # or `all`: every row is a click
@@ -109,8 +109,8 @@ class SourceMapping:
     files: tuple[str, ...]
     holdout_files: tuple[str, ...]  # laid out on exactly the holdout days (the dataset's own test split)
     order_by: str | None
-    user_id: str
-    ad_id: str
+    user_id: tuple[str, ...]  # one column, or several hashed together
+    ad_id: tuple[str, ...]
     surface: Surface
     clicked: Label | None  # None: every row is a click (a click log, `converted` its label)
     converted: Label | None
@@ -207,8 +207,8 @@ def load_mapping(path: Path) -> SourceMapping:
     mapping = SourceMapping(
         name=name, folder=str(imps.get("folder", "")), layout=layout, files=files,
         holdout_files=holdout_files, order_by=order_by,
-        user_id=reader.column(reader.required(root, "user_id", ""), "user_id", columns),
-        ad_id=reader.column(reader.required(root, "ad_id", ""), "ad_id", columns),
+        user_id=_id_columns(reader, reader.required(root, "user_id", ""), "user_id", columns),
+        ad_id=_id_columns(reader, reader.required(root, "ad_id", ""), "ad_id", columns),
         surface=_surface(reader, reader.required(root, "surface", ""), columns),
         clicked=clicked, converted=converted, features=features,
         users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
@@ -219,6 +219,13 @@ def load_mapping(path: Path) -> SourceMapping:
         raise reader.fail("events.surface", "is missing, and the impressions' surface comes from a column",
                           "give the events' surface: a constant, or {column: ..., values: {...}}")
     return mapping
+
+
+def _id_columns(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> tuple[str, ...]:
+    names = reader.strings(node, key) if isinstance(node, list) else (node,)
+    if not names:
+        raise reader.fail(key, "is empty", "name the id's column, or the columns that together identify it")
+    return tuple(reader.column(n, key if len(names) == 1 else f"{key}[{i}]", columns) for i, n in enumerate(names))
 
 
 def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str],
@@ -242,9 +249,13 @@ def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str
         raise reader.fail(f"{where}separator", f"{separator!r} is not one character other than a quote",
                           'use e.g. "," or "\\t" or "|"')
     header = node.get("header", True)
-    if not isinstance(header, bool):
-        raise reader.fail(f"{where}header", f"expected true or false, found {header!r}",
-                          "true when the first line names the columns")
+    if isinstance(header, list):  # the file's own names, mapped in order onto `columns`
+        if len(header) != len(columns) or not all(isinstance(h, str) for h in header):
+            raise reader.fail(f"{where}header", f"{header!r} does not name each of the {len(columns)} columns once",
+                              "list the header line's names in file order, one per entry of `columns`")
+    elif not isinstance(header, bool):
+        raise reader.fail(f"{where}header", f"expected true, false or a list of names, found {header!r}",
+                          "true when the first line names the columns; a list when it names them otherwise")
     key = reader.strings(node.get("key"), f"{where}key")
     for i, k in enumerate(key):
         reader.column(k, f"{where}key[{i}]", columns)
@@ -253,7 +264,8 @@ def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str
         raise reader.fail(f"{where}encoding", f"{encoding!r} is not one of {list(ENCODINGS)}",
                           "name the files' character set (ISO-8859-1 for Latin-1)")
     return TextFile(
-        name="", fields=tuple(Field(c, t) for c, t in columns.items()), header=tuple(columns) if header else None,
+        name="", fields=tuple(Field(c, t) for c, t in columns.items()),
+        header=tuple(header) if isinstance(header, list) else tuple(columns) if header else None,
         labels=tuple(label.column for label in labels),
         label_values=tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative))),
         key=key, timestamp_format=node.get("timestamp_format"), separator=separator, encoding=encoding,
