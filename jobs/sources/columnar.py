@@ -30,16 +30,12 @@ if TYPE_CHECKING:
     from jobs.sources.lines import TextFile
 
 
-def read_table(spark: SparkSession, path: Path, file_format: str, version: int | None = None) -> DataFrame:
-    if file_format == "delta":
+def load(spark: SparkSession, path: Path, layout: TextFile) -> DataFrame:
+    """The Parquet file or folder, or the Delta table (at `layout.version` when pinned), at `path`."""
+    if layout.format == "delta":
         reader = spark.read.format("delta")
-        return (reader.option("versionAsOf", version) if version is not None else reader).load(str(path))
+        return (reader.option("versionAsOf", layout.version) if layout.version is not None else reader).load(str(path))
     return spark.read.parquet(str(path))
-
-
-def columns(spark: SparkSession, path: Path, layout: TextFile) -> list[str]:
-    """The columns of the Parquet file or folder, or Delta table, at `path` (its footer or log only)."""
-    return read_table(spark, path, layout.format, layout.version).columns
 
 
 def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tuple[int, TextFile]],
@@ -49,7 +45,7 @@ def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tu
     `_error`, `_key`, `_duplicate_reason`)."""
     parts = []
     for place, table in files:
-        df = read_table(spark, folder / table.name, layout.format, layout.version)
+        df = load(spark, folder / table.name, layout)
         declared = [F.col(_quoted(f.name)) for f in layout.fields]
         if layout.format == "parquet":  # the file's own order; a folder's files in path order
             order = [F.col("_metadata.file_path"), F.col("_metadata.row_index")]

@@ -99,7 +99,7 @@ def check_columns(spark: SparkSession, path: Path, table: TextFile) -> None:
     if not path.exists():
         raise SourceFormatError(f"{path} does not exist; point the mapping's files at an existing {table.format} "
                                 f"{'table' if table.format == 'delta' else 'file or folder'}")
-    found = columnar.columns(spark, path, table)
+    found = columnar.load(spark, path, table).columns  # the footer or the log only
     missing = [f.name for f in table.fields if f.name not in found]
     if missing:
         raise SourceFormatError(f"{path}: the {table.format} input lacks column(s) {missing}: the format changed "

@@ -21,7 +21,7 @@ from gem_model.config import ConfigError, GemConfig
 from jobs import table_contract as contract
 from jobs.features.quarantine import LINE_COLUMN
 from jobs.sources.lines import TextFile, parsed, read_text_files
-from jobs.sources.mapping import Dimension, Label, SourceMapping, Surface, load_mapping
+from jobs.sources.mapping import Dimension, Events, Label, SourceMapping, Surface, load_mapping
 from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 BUILT_IN = Path(__file__).with_name("mappings")
@@ -57,7 +57,8 @@ class Source:
 
     @cached_property
     def _laid_out(self) -> DataFrame:
-        """Rows on the calendar; the `holdout_files`' rows on exactly the holdout days, the rest before them."""
+        """Impression rows on the calendar: with the events' own file's lines where there is one; else the
+        `holdout_files`' rows on exactly the holdout days, the rest before them; else all over all days."""
         m, world = self.mapping, self.world
         if m.events.rows == "file":
             return self._with_events.where(F.col("_imp").isNotNull()).select("_imp.*", "ts", "ds")
@@ -85,11 +86,10 @@ class Source:
     def _id(self, columns: tuple[str, ...]) -> Column:
         return _id(self.mapping.layout, *columns)
 
-
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with the mapping's features as the dataset's own columns."""
         m = self.mapping
-        surface, source_surface = _surface(self.mapping.surface)
+        surface, source_surface = _surface(m.surface)
         converted = _positive(m.converted) if m.converted else F.lit(False)
         return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
             "impression_id", "ts", "ds", self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("ad_id"),
@@ -111,18 +111,16 @@ class Source:
         rows = self._laid_out.where((F.col("ds") == F.lit(ds)) & parsed())
         if events.rows == "clicks":
             rows = rows.where(_positive(m.clicked))
-        action = F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
         return rows.select(self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("item_id"),
-                           action.alias("action"), _surface(self.mapping.surface)[0].alias("surface"), "ts", "ds")
+                           _action(events).alias("action"), _surface(m.surface)[0].alias("surface"), "ts", "ds")
 
     def _file_events(self, ds: date) -> DataFrame:
         events = self.mapping.events
         rows = self._with_events.where(F.col("_evt").isNotNull() & (F.col("ds") == F.lit(ds))).select(
             "_evt.*", "ts", "ds")
-        action = F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
         surface = _surface(events.surface or self.mapping.surface)[0]
         return rows.select(_id(events.file, events.user).alias("user_id"),
-                           _id(events.file, events.item).alias("item_id"), action.alias("action"),
+                           _id(events.file, events.item).alias("item_id"), _action(events).alias("action"),
                            surface.alias("surface"), "ts", "ds", LINE_COLUMN)
 
     def users(self) -> DataFrame:
@@ -166,6 +164,10 @@ def _surface(surface: Surface) -> tuple[Column, Column]:
     codes = F.create_map(*[F.lit(x) for pair in surface.values for x in pair])
     code = F.col(surface.column).cast("string")
     return F.try_element_at(codes, code), code
+
+
+def _action(events: Events) -> Column:
+    return F.lit(events.action) if events.action is not None else F.col(events.action_column).cast("string")
 
 
 def _positive(label: Label | None) -> Column:
