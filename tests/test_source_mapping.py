@@ -50,6 +50,20 @@ def _write(tmp_path: Path, mapping: dict, suffix: str = ".yaml") -> Path:
     return path
 
 
+def _land(spark, tmp_path: Path, mapping: dict, n_days: int, daily: tuple[str, ...],
+          whole: tuple[str, ...] = ()) -> tuple[GemConfig, GemPaths]:
+    """Land `mapping`'s source over `n_days` (the last the holdout): `whole` tables, then `daily` ones each day."""
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
+    cfg = GemConfig.from_dict({"world": {"n_days": n_days, "holdout_days": 1}}, base=cfg)
+    paths = GemPaths(tmp_path / "gem")
+    for table in whole:
+        land_bronze(spark, cfg, paths, table, None)
+    for ds in cfg.world.days:
+        for table in daily:
+            land_bronze(spark, cfg, paths, table, ds)
+    return cfg, paths
+
+
 def _changed(**changes) -> dict:
     mapping = json.loads(json.dumps(MAPPING))
     for dotted, value in changes.items():
@@ -170,13 +184,7 @@ def test_a_users_own_log_lands_through_its_mapping(spark, tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "january.tsv").write_text("\n".join(JANUARY) + "\n")
     (tmp_path / "logs" / "february.tsv").write_text("\n".join(FEBRUARY) + "\n")
-    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, MAPPING)))
-    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
-    paths = GemPaths(tmp_path / "gem")
-    for table in ("bronze.users", "bronze.ads"):
-        land_bronze(spark, cfg, paths, table, None)
-    for ds in cfg.world.days:
-        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+    cfg, paths = _land(spark, tmp_path, MAPPING, 2, ("bronze.impressions",), ("bronze.users", "bronze.ads"))
     imps = {r["impression_id"]: r for r in read_table(spark, paths.table("bronze.impressions")).collect()}
     rejected = {(r["source_file"], r["source_line"]): r["reason"]
                 for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()
@@ -209,12 +217,7 @@ def test_a_click_log_lands_with_its_test_file_on_exactly_the_holdout_days(spark,
                                                    "columns": {"user": "bigint", "item": "bigint", "bought": "int"}},
                "user_id": "user", "ad_id": "item", "surface": "feed", "clicked": "all",
                "converted": {"column": "bought", "positive": ["1"], "negative": ["0"]}}
-    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
-    cfg = GemConfig.from_dict({"world": {"n_days": 3, "holdout_days": 1}}, base=cfg)
-    paths = GemPaths(tmp_path / "gem")
-    for ds in cfg.world.days:
-        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
-        land_bronze(spark, cfg, paths, "bronze.events", ds)
+    cfg, paths = _land(spark, tmp_path, mapping, 3, ("bronze.impressions", "bronze.events"))
     imps = {r["impression_id"]: r for r in read_table(spark, paths.table("bronze.impressions")).collect()}
     assert {i: (r["clicked"], r["converted"]) for i, r in imps.items()} == {
         "click_log-train-0": (True, False), "click_log-train-1": (True, True), "click_log-train-2": (True, False),
@@ -246,11 +249,7 @@ def test_parquet_and_delta_logs_land_strictly(spark, tmp_path, file_format):
         impressions["version"] = 0
     mapping = {"name": "columnar", "impressions": impressions, "user_id": "user", "ad_id": "item", "surface": "feed",
                "clicked": {"column": "label", "positive": ["1"], "negative": ["0"]}}
-    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
-    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
-    paths = GemPaths(tmp_path / "gem")
-    for ds in cfg.world.days:
-        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
+    _, paths = _land(spark, tmp_path, mapping, 2, ("bronze.impressions",))
     accepted = sorted((r["user_id"], r["ad_id"], r["clicked"])
                       for r in read_table(spark, paths.table("bronze.impressions")).collect())
     assert accepted == [(1, 7, True), (2, 8, False)]
@@ -280,12 +279,7 @@ def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(
                "events": {"file": "views.csv", "columns": {"at": "bigint", "user": "bigint", "item": "bigint",
                                                            "kind": "string"},
                           "user": "user", "item": "item", "order_by": "at", "action": {"column": "kind"}}}
-    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path, mapping)))
-    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1}}, base=cfg)
-    paths = GemPaths(tmp_path / "gem")
-    for ds in cfg.world.days:
-        land_bronze(spark, cfg, paths, "bronze.impressions", ds)
-        land_bronze(spark, cfg, paths, "bronze.events", ds)
+    _, paths = _land(spark, tmp_path, mapping, 2, ("bronze.impressions", "bronze.events"))
     shown = {r["impression_id"]: r["ts"] for r in read_table(spark, paths.table("bronze.impressions")).collect()}
     events = sorted((r["ts"], r["user_id"], r["item_id"], r["action"])
                     for r in read_table(spark, paths.table("bronze.events")).collect())

@@ -11,14 +11,16 @@ checked in this order, the first failure being its reason:
 - `duplicate_<key>`: as for text (`lines._flag_duplicates`).
 
 A row's "line" in `bronze.rejected_rows` is its declared columns as JSON, its number its place in
-the file. Rows are numbered in a fixed order: a Parquet file's own row order (Spark's
-`_metadata.row_index`; a folder's files in path order), a Delta table's rows (which have no order
-of their own) sorted by every declared column, so impression ids never depend on partitioning.
-`version` pins a Delta table's version (time travel) for reproducible landings.
+the file. Column names are a mapping's (`[a-z0-9_]`), so they need no quoting. Rows are numbered
+in a fixed order: a Parquet file's own row order (Spark's `_metadata.row_index`; a folder's files
+in path order), a Delta table's rows (which have no order of their own) sorted by every declared
+column, so impression ids never depend on partitioning. `version` pins a Delta table's version
+(time travel) for reproducible landings.
 """
 
 from __future__ import annotations
 
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,14 +45,14 @@ def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tu
     """Rows of the columnar `files` ((place, TextFile) of one layout), typed and checked, with the columns
     `lines._parse` gives text lines (`_file`, `_row`, `impression_id`, `_source_file`, `_number`, `_raw`,
     `_error`, `_key`, `_duplicate_reason`)."""
+    declared = [F.col(f.name) for f in layout.fields]
+    if layout.format == "parquet":  # the file's own order; a folder's files in path order
+        order = [F.col("_metadata.file_path"), F.col("_metadata.row_index")]
+    else:
+        order = [F.to_json(F.struct(*declared))]
     parts = []
     for place, table in files:
         df = load(spark, folder / table.name, layout)
-        declared = [F.col(_quoted(f.name)) for f in layout.fields]
-        if layout.format == "parquet":  # the file's own order; a folder's files in path order
-            order = [F.col("_metadata.file_path"), F.col("_metadata.row_index")]
-        else:
-            order = [F.to_json(F.struct(*declared))]
         number = F.row_number().over(Window.orderBy(*order)).cast("bigint")
         rows = df.select(*declared, number.alias("_number"))
         row = F.col("_number") - 1
@@ -59,21 +61,14 @@ def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tu
             F.lit(f"{folder.name}/{table.name}").alias("_source_file"),
             F.concat(F.lit(f"{source}-{Path(table.name).stem}-"), row.cast("string")).alias("impression_id"),
             F.lit(table.name if table.key else "").alias("_scope")))
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
-    return _checked(rows, layout)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+    return _checked(reduce(DataFrame.unionByName, parts), layout)
 
 
 def _checked(rows: DataFrame, layout: TextFile) -> DataFrame:
-    typed = [_typed(F.col(_quoted(f.name)), f.type).alias(f.name) for f in layout.fields]
+    typed = [_typed(F.col(f.name), f.type).alias(f.name) for f in layout.fields]
     failures: list[tuple[Column, str]] = []
     for f in layout.fields:
-        value = F.col(_quoted(f.name))
+        value = F.col(f.name)
         if f.name in layout.labels:
             failures.append((value.isNull() | ~value.cast("string").isin(*layout.label_values),
                              f"invalid_label_{f.name}"))
@@ -82,13 +77,11 @@ def _checked(rows: DataFrame, layout: TextFile) -> DataFrame:
     error = F.lit(None).cast("string")
     for failed, reason in reversed(failures):  # the first failing column's reason
         error = F.when(failed, F.lit(reason)).otherwise(error)
-    raw = F.to_json(F.struct(*[F.col(_quoted(f.name)) for f in layout.fields]))
+    raw = F.to_json(F.struct(*[F.col(f.name) for f in layout.fields]))
     with_checks = rows.select("*", raw.alias("_raw"), error.alias("_error"))
     if layout.key:  # as for text: a key left empty identifies nothing
-        known = F.lit(True)
-        for c in layout.key:
-            known = known & F.col(_quoted(c)).isNotNull()
-        key_value = F.when(known, F.to_json(F.struct(*[F.col(_quoted(c)) for c in layout.key])))
+        known = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in layout.key])
+        key_value = F.when(known, F.to_json(F.struct(*[F.col(c) for c in layout.key])))
     else:
         key_value = F.col("_raw")
     key = F.struct(F.col("_scope").alias("scope"), key_value.alias("value"))

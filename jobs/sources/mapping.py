@@ -204,21 +204,18 @@ def load_mapping(path: Path) -> SourceMapping:
                           "negative: [...]}`")
     layout = _layout(reader, imps, "impressions.", columns, [x for x in (clicked, converted) if x is not None])
     features = _features(reader, root.get("features"), columns)
-    mapping = SourceMapping(
+    surface = _surface(reader, reader.required(root, "surface", ""), columns)
+    return SourceMapping(
         name=name, folder=str(imps.get("folder", "")), layout=layout, files=files,
         holdout_files=holdout_files, order_by=order_by,
         user_id=_id_columns(reader, reader.required(root, "user_id", ""), "user_id", columns),
         ad_id=_id_columns(reader, reader.required(root, "ad_id", ""), "ad_id", columns),
-        surface=_surface(reader, reader.required(root, "surface", ""), columns),
+        surface=surface,
         clicked=clicked, converted=converted, features=features,
         users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
         ads=_dimension(reader, root.get("ads"), "ads", AD_ATTRIBUTES, columns),
-        events=_events(reader, root.get("events"), columns, order_by, holdout_files),
+        events=_events(reader, root.get("events"), columns, order_by, holdout_files, surface),
     )
-    if mapping.events.rows == "file" and mapping.events.surface is None and mapping.surface.constant is None:
-        raise reader.fail("events.surface", "is missing, and the impressions' surface comes from a column",
-                          "give the events' surface: a constant, or {column: ..., values: {...}}")
-    return mapping
 
 
 def _id_columns(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> tuple[str, ...]:
@@ -346,25 +343,31 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
 
 
 def _events(reader: _Reader, node: Any, columns: dict[str, str], order_by: str | None,
-            holdout_files: tuple[str, ...]) -> Events:
+            holdout_files: tuple[str, ...], surface: Surface) -> Events:
     table = reader.table(node if node is not None else {}, "events")
     if "file" in table:
-        return _event_file(reader, table, columns, order_by, holdout_files)
+        return _event_file(reader, table, columns, order_by, holdout_files, surface)
     reader.unknown(table, ("rows", "action"), "events.")
     rows = table.get("rows", "clicks")
     if rows not in ("clicks", "all"):
         raise reader.fail("events.rows", f"{rows!r} is not 'clicks' or 'all'",
                           "clicks: the clicked impressions are the events; all: every impression is one")
+    return Events(rows, *_action(reader, table, columns, "impressions"))
+
+
+def _action(reader: _Reader, table: dict[str, Any], columns: dict[str, str],
+            source: str) -> tuple[str | None, str | None]:
+    """(a constant action, or None; the column holding each event's action, or None)."""
     action = table.get("action", "click")
-    if isinstance(action, dict):
-        reader.unknown(action, ("column",), "events.action.")
-        return Events(rows, None, reader.column(reader.required(action, "column", "events.action."),
-                                                "events.action.column", columns))
-    return Events(rows, str(action), None)
+    if not isinstance(action, dict):
+        return str(action), None
+    reader.unknown(action, ("column",), "events.action.")
+    return None, reader.column(reader.required(action, "column", "events.action."), "events.action.column", columns,
+                               source)
 
 
 def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, str], imp_order_by: str | None,
-                holdout_files: tuple[str, ...]) -> Events:
+                holdout_files: tuple[str, ...], imp_surface: Surface) -> Events:
     """Events from a file of their own, laid out on the calendar together with the impressions by time."""
     reader.unknown(table, ("file", *LAYOUT_KEYS, "user", "item", "order_by", "action", "surface"), "events.")
     if imp_order_by is None or holdout_files:
@@ -379,14 +382,9 @@ def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, s
         raise reader.fail("events.order_by", f"{order_by!r} is {columns[order_by]}, impressions.order_by "
                           f"{imp_order_by!r} is {imp_columns[imp_order_by]}",
                           "both must be one clock in one unit (e.g. Unix seconds as bigint)")
-    action = table.get("action", "click")
-    action_column = None
-    if isinstance(action, dict):
-        reader.unknown(action, ("column",), "events.action.")
-        action_column = reader.column(reader.required(action, "column", "events.action."), "events.action.column",
-                                      columns, "events")
-        action = None
+    if table.get("surface") is None and imp_surface.constant is None:
+        raise reader.fail("events.surface", "is missing, and the impressions' surface comes from a column",
+                          "give the events' surface: a constant, or {column: ..., values: {...}}")
     surface = None if table.get("surface") is None else \
         _surface(reader, table["surface"], columns, "events.surface", "events")
-    return Events("file", None if action is None else str(action), action_column, layout, user, item, order_by,
-                  surface)
+    return Events("file", *_action(reader, table, columns, "events"), layout, user, item, order_by, surface)
