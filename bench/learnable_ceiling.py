@@ -9,10 +9,15 @@ logits (`jobs.features.world`) and learns every parameter from the training days
 regression with an L2 penalty:
 
 - click: biases per surface, objective and position; a quality per ad; an affinity per
-  (user, category); and, from the point-in-time sequence, the recency term 0.5^(hours/6) of
-  the last event in the target's category and the share of the history in that category;
+  (user, category); the fourth-order term's sign (age x format x surface x hour of day); and,
+  from the point-in-time sequence, the recency term 0.5^(hours/6) of the last event in the
+  target's category and the share of the history in that category;
 - conversion (on clicked rows): a bias per objective, a quality per ad, an affinity per
-  (user, category) and the same share.
+  (user, category), the recency term 0.5^(hours/24) of the last add-to-cart in the target's
+  category and the same share.
+
+Like the world, the recency terms look at the events since the start of the day before the
+impression.
 
 The penalty is chosen on the last training day with the earlier days as training data, then
 the learner is refit on all training days and scored on the holdout. Its AUC is what the
@@ -35,23 +40,39 @@ from pyspark.sql import functions as F
 from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
-from jobs.features.world import RECENCY_HALF_LIFE_H, Source
+from jobs.features.world import (
+    CART_ACTION,
+    CART_HALF_LIFE_H,
+    RECENCY_HALF_LIFE_H,
+    Source,
+    decayed,
+    hours_since_last,
+    interaction_sign,
+)
 from jobs.lake import read_table
 from jobs.spark_session import build_spark_session
 
 PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
-CLICK_TERMS = {"static": (), "+ recency": ("recency",), "+ recency + sequence share": ("recency", "share")}
+CLICK_TERMS = {"static, without the fourth-order term": (), "static": ("interaction",),
+               "+ recency": ("interaction", "recency"), "+ recency + sequence share": ("interaction", "recency", "share")}
+CVR_TERMS = {"static": (), "+ cart recency": ("cart",), "+ cart recency + sequence share": ("cart", "share")}
+TERMS = ("interaction", "recency", "cart", "share")
 
 
 def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
-    """One row per impression: the ids the learner embeds and the two sequence terms."""
-    events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"))
+    """One row per impression: the ids the learner embeds and its real-valued terms."""
+    events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"),
+                          F.col("seq_actions").alias("action"))
     same = F.filter(events, lambda e: world._category(e["item"]) == F.col("category"))
-    hours = (F.unix_timestamp("ts") - F.unix_timestamp(F.array_max(F.transform(same, lambda e: e["ts"])))) / 3600.0
+    recent = F.filter(same, lambda e: e["ts"] >= F.to_timestamp(F.date_sub("ds", 1)))
+    carts = F.filter(recent, lambda e: e["action"] == CART_ACTION)
     return examples.select(
         "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
         F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
-        F.coalesce(F.pow(F.lit(0.5), hours / RECENCY_HALF_LIFE_H), F.lit(0.0)).alias("recency"),
+        interaction_sign(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day"))
+        .cast("double").alias("interaction"),
+        decayed(hours_since_last(recent, F.col("ts")), RECENCY_HALF_LIFE_H).alias("recency"),
+        decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H).alias("cart"),
         (F.size(same) / F.greatest(F.size("seq_item_ids"), F.lit(1))).alias("share"),
     ).toPandas()
 
@@ -68,7 +89,7 @@ class Design:
     def of(rows: pd.DataFrame) -> Design:
         codes = {c: torch.tensor(pd.factorize(rows[c])[0]) for c in ("surface", "objective", "position", "user_id",
                                                                      "ad_id", "category")}
-        terms = {c: torch.tensor(rows[c].to_numpy(), dtype=torch.float32) for c in ("recency", "share")}
+        terms = {c: torch.tensor(rows[c].to_numpy(), dtype=torch.float32) for c in TERMS}
         return Design(codes, terms, {c: int(v.max()) + 1 for c, v in codes.items()})
 
 
@@ -160,8 +181,9 @@ def main(argv: list[str] | None = None) -> None:
         a, ne, p = ceiling(clicks, ("surface", "objective", "position"), terms)
         print(f"| well-specified, {name} | ctr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
     conversions = Task.of(rows[rows["clicked"] == 1].reset_index(drop=True), "converted", w.days, w.holdout_start)
-    a, ne, p = ceiling(conversions, ("objective",), ("share",))
-    print(f"| well-specified, + sequence share | cvr | {a:.4f} | {ne:.4f} | {p} |")
+    for name, terms in CVR_TERMS.items():
+        a, ne, p = ceiling(conversions, ("objective",), terms)
+        print(f"| well-specified, {name} | cvr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
 
 
 if __name__ == "__main__":

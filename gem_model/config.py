@@ -430,6 +430,8 @@ class FeatureSpec:
         # The logged slot: known when training and when scoring logged impressions (teacher
         # logits); null (row 0) where a source does not log it.
         SparseFeature("position", 8, "context"),
+        # Derived from the impression's `ts` for every source (gold.training_examples.hour_of_day).
+        SparseFeature("hour_of_day", 32, "context"),
     )
     # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
     sequence_feature: Name = "seq_item_ids"
@@ -945,7 +947,7 @@ PRESETS: dict[str, GemConfig] = {
         preset="small",
         world=WorldConfig(n_days=8, n_users=5000, n_ads=1000, n_categories=24, n_advertisers=200,
                           impressions_per_day=125_000),
-        features=FeatureSpec(features=_buckets(16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16, 8), max_seq_len=1024),
+        features=FeatureSpec(features=_buckets(16384, 16, 64, 16, 4096, 512, 64, 16, 16, 16, 8, 32), max_seq_len=1024),
         train=TrainConfig(epochs=2, batch_size=512),
     ),
     # ~10M impressions, sequences up to 8,192 events.
@@ -953,7 +955,7 @@ PRESETS: dict[str, GemConfig] = {
         preset="medium",
         world=WorldConfig(n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000,
                           impressions_per_day=1_000_000),
-        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16, 8), max_seq_len=8192),
+        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16, 8, 32), max_seq_len=8192),
         train=TrainConfig(epochs=1, batch_size=2048),
     ),
 }

@@ -111,6 +111,7 @@ IMPRESSION = (Column("impression_id", "string", "the impression"),
               Column("clicked", "boolean", "the user clicked"),
               Column("converted", "boolean", "the user converted (implies `clicked`)"))
 POSITION = Column("position", "int", "the ad's slot; null where the source logs none")
+HOUR_OF_DAY = Column("hour_of_day", "int", "the hour of `ts`, 0-23 (UTC), derived for every source")
 TRUE_RATES = (Column("p_click", "double", "true P(click) of the impression; null for real data"),
               Column("p_convert", "double", "true P(conversion) of the impression; null for real data"))
 
@@ -188,9 +189,9 @@ CONTRACT: dict[str, TableContract] = {
     "gold.training_examples": TableContract(
         "one row per impression of `ds`: the impression, the user's and the ad's features, and the user's "
         "events strictly before `ts`, truncated to `max_seq_len`",
-        (*IMPRESSION, *sequence("before `ts`"), idx("user_id"), idx("ad_id"), idx("surface"),
+        (*IMPRESSION, HOUR_OF_DAY, *sequence("before `ts`"), idx("user_id"), idx("ad_id"), idx("surface"),
          *optional(POSITION, *TRUE_RATES, *USER_ATTRIBUTES, *AD_ATTRIBUTES,
-                   *(idx(c.name) for c in (*USER_ATTRIBUTES, *AD_ATTRIBUTES, POSITION))), SEQ_CATEGORY),
+                   *(idx(c.name) for c in (*USER_ATTRIBUTES, *AD_ATTRIBUTES, POSITION, HOUR_OF_DAY))), SEQ_CATEGORY),
         ("impression_id", "user_id", "ad_id", "ts"), ("ds",),
         notes="every `bronze.impressions` column (a dataset's extras included); the user and ad attributes of "
               "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per "

@@ -51,6 +51,8 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     assert out["a"]["seq_ts"] == [datetime(2026, 11, 3, 9), datetime(2026, 11, 2, 8)]
     assert out["b"]["seq_item_ids"] == []  # user 2's only event is outside the lookback window
     assert "true_interest" not in out["a"] and "true_quality" not in out["a"]
+    assert (out["a"]["hour_of_day"], out["b"]["hour_of_day"]) == (10, 12)  # from ts, for every source
+    assert tables.MISSING_ROW not in (out["a"]["hour_of_day_idx"], out["b"]["hour_of_day_idx"])
     assert out["a"]["seq_actions"] == ["view", "view"]
     assert all(1 <= i < spec.by_name("ad_id").buckets for i in out["a"]["seq_item_idx"])
     # 60 and 1,560 minutes before the impression: floor(log2(1 + minutes)) = 5 and 10.

@@ -24,6 +24,7 @@ from gem_model.config import ConfigError, FeatureSpec
 
 MISSING_ROW = 0
 SEQUENCE_FIELDS = ("ts", "item_id", "action")
+HOUR_OF_DAY = "hour_of_day"  # derived from the impression's `ts` in the session time zone (UTC)
 
 
 def hashed(col: Column, buckets: int) -> Column:
@@ -129,8 +130,10 @@ def training_examples(impressions: DataFrame, events: DataFrame, users: DataFram
                       spec: FeatureSpec, ds: date) -> DataFrame:
     """gold.training_examples for `ds`: impressions joined with user/ad attributes and sequences.
 
-    Impression columns (a dataset's extras included) are kept; user and ad extras stay in silver.
+    Impression columns (a dataset's extras included) are kept, with `hour_of_day` derived from `ts` (a context
+    every source has); user and ad extras stay in silver.
     """
+    impressions = impressions.withColumn(HOUR_OF_DAY, F.hour("ts"))
     require_features(impressions, spec, "context")
     imps = impressions.where(F.col("ds") == F.lit(ds))
     joined = (

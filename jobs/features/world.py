@@ -14,9 +14,14 @@ The world:
 - behaviour events (item, action, surface, time): a user's daily count is log-normal, so
   sequence lengths are heavy-tailed; items follow the user's interests.
 - click probability from user-ad affinity (primary/secondary interest), surface, position, ad
-  quality, the ad's popularity trend (drift) and the recency of a related event (same category)
-  in the last day; conversion from click, objective, affinity and quality. The surface mix
-  shifts from the first day to the last.
+  quality, the ad's popularity trend (drift), the recency of a related event (same category)
+  in the last day, and a fourth-order interaction of the user's age, the ad's format, the
+  surface and the hour of day (`INTERACTION_STRENGTH` times a product of four signs: no lower
+  order of it carries signal, so a model has to cross all four features to find it);
+  conversion from click, objective, affinity, quality and the recency of an add-to-cart event
+  in the ad's category. Carts happen off-site (`CART_SURFACE`) and raise conversions on every
+  surface: behaviour on one surface predicts another. The surface mix shifts from the first
+  day to the last.
 - `malformed_rate` of the raw rows are corrupted (null key, unknown surface, timestamp on
   another day, negative id, conversion without click) for the quarantine to catch.
 """
@@ -37,7 +42,7 @@ COUNTRIES = ("US", "BR", "IN", "ID", "MX", "GB", "DE", "FR")
 DEVICES = ("ios", "android", "web")
 AD_FORMATS = ("image", "video", "carousel", "collection")
 OBJECTIVES = ("awareness", "consideration", "conversion")
-ACTIONS = {"view": 0.6, "like": 0.2, "share": 0.05, "ad_click": 0.15}
+ACTIONS = {"view": 0.52, "like": 0.2, "share": 0.05, "ad_click": 0.15, "add_to_cart": 0.08}
 # Per-surface click bias (logit); traffic share on the first and on the last day.
 SURFACE_CLICK_BIAS = {"feed": 0.0, "stories": -0.3, "reels": 0.2, "messaging": 0.5, "offsite": -0.6}
 SURFACE_SHARE_FIRST = {"feed": 0.4, "stories": 0.2, "reels": 0.15, "messaging": 0.1, "offsite": 0.15}
@@ -45,6 +50,16 @@ SURFACE_SHARE_LAST = {"feed": 0.3, "stories": 0.2, "reels": 0.3, "messaging": 0.
 OBJECTIVE_CLICK_BIAS = {"awareness": -0.2, "consideration": 0.1, "conversion": 0.0}
 OBJECTIVE_CVR_BIAS = {"awareness": -1.5, "consideration": -0.8, "conversion": 0.2}
 RECENCY_BOOST, RECENCY_HALF_LIFE_H = 1.0, 6.0
+# Conversion logit gained from an add-to-cart in the ad's category, halving every CART_HALF_LIFE_H hours.
+CART_ACTION, CART_SURFACE = "add_to_cart", "offsite"
+CART_BOOST, CART_HALF_LIFE_H = 1.5, 24.0
+# The click logit's fourth-order term: INTERACTION_STRENGTH * age sign * format sign * surface sign * daypart
+# sign. Each table is balanced or nearly, so averaging out any one factor leaves (almost) nothing.
+INTERACTION_STRENGTH = 0.8
+AGE_SIGN = {"18-24": 1, "25-34": 1, "35-44": 1, "45-54": -1, "55-64": -1, "65+": -1}
+FORMAT_SIGN = {"image": 1, "video": -1, "carousel": 1, "collection": -1}
+SURFACE_SIGN = {"feed": 1, "stories": -1, "reels": -1, "messaging": 1, "offsite": 1}
+DAYPART_SIGN = (-1, 1, -1, 1)  # hours 0-5, 6-11, 12-17, 18-23
 POSITION_PENALTY = 0.2  # click logit lost per slot below the first
 _RESOLUTION = 1 << 40
 
@@ -85,6 +100,24 @@ def _sigmoid(x: Column) -> Column:
     return 1.0 / (1.0 + F.exp(-x))
 
 
+def interaction_sign(age_bucket: Column, ad_format: Column, surface: Column, hour: Column) -> Column:
+    """The fourth-order term's sign (+1 or -1) for an impression's age bucket, format, surface and hour."""
+    daypart = F.element_at(F.array(*[F.lit(x) for x in DAYPART_SIGN]), (F.floor(hour / 6) + 1).cast("int"))
+    return (_lookup(AGE_SIGN, age_bucket) * _lookup(FORMAT_SIGN, ad_format) * _lookup(SURFACE_SIGN, surface)
+            * daypart)
+
+
+def hours_since_last(events: Column, ts: Column) -> Column:
+    """Hours from the latest `ts` field of the array of structs `events` to `ts`; null when it is empty."""
+    last = F.array_max(F.transform(events, lambda e: e["ts"]))
+    return (F.unix_timestamp(ts) - F.unix_timestamp(last)) / 3600.0
+
+
+def decayed(hours_since: Column, half_life_h: float) -> Column:
+    """0.5^(hours / half life), 0 when there was no such event (null hours)."""
+    return F.coalesce(F.pow(F.lit(0.5), hours_since / half_life_h), F.lit(0.0))
+
+
 def _arrival_day(ids: Column, total: int, new_fraction: float, n_days: int) -> Column:
     """Day index on which entity `ids` (1..total) arrives: the first ones on day 0, the rest spread."""
     new = round(total * new_fraction)
@@ -122,6 +155,12 @@ class Source:
     def _activity(self, uid: Column) -> Column:
         w = self.world
         return w.events_per_user_day * F.exp(w.activity_sigma * normal(self.seed, "activity", uid))
+
+    def _age_bucket(self, uid: Column) -> Column:
+        return pick(AGE_BUCKETS, uniform(self.seed, "age", uid))
+
+    def _ad_format(self, aid: Column) -> Column:
+        return pick(AD_FORMATS, uniform(self.seed, "format", aid))
 
     def _advertiser(self, aid: Column) -> Column:
         return (F.floor(uniform(self.seed, "advertiser", aid) * self.world.n_advertisers) + 1).cast("bigint")
@@ -165,7 +204,7 @@ class Source:
         signup = _arrival_day(uid, w.n_users, w.new_user_fraction, w.n_days)
         return self.spark.range(1, w.n_users + 1).select(F.col("id").alias("user_id")).select(
             "user_id",
-            pick(AGE_BUCKETS, uniform(s, "age", uid)).alias("age_bucket"),
+            self._age_bucket(uid).alias("age_bucket"),
             pick(COUNTRIES, uniform(s, "country", uid)).alias("country"),
             pick(DEVICES, uniform(s, "device", uid)).alias("device"),
             F.date_add(F.lit(w.start_date), signup).alias("signup_date"),
@@ -182,7 +221,7 @@ class Source:
             "ad_id",
             self._advertiser(aid).alias("advertiser_id"),
             self._category(aid).alias("category"),
-            pick(AD_FORMATS, uniform(s, "format", aid)).alias("ad_format"),
+            self._ad_format(aid).alias("ad_format"),
             self._objective(aid).alias("objective"),
             self._campaign(aid).alias("campaign_id"),
             F.date_add(F.lit(w.start_date), launch).alias("launch_date"),
@@ -213,11 +252,15 @@ class Source:
                     .otherwise(F.floor(uniform(s, "event_category", dl, uid, k) * w.n_categories).cast("bigint")))
         ts = F.to_timestamp(F.lit(ds.isoformat())) + F.make_interval(
             secs=F.floor(uniform(s, "event_ts", dl, uid, k) * 86400))
+        action = pick_weighted(ACTIONS, uniform(s, "event_action", dl, uid, k))
+        surface = pick_weighted(surface_share(w, day), uniform(s, "event_surface", dl, uid, k))
+        if CART_SURFACE in w.surfaces:
+            surface = F.when(action == CART_ACTION, F.lit(CART_SURFACE)).otherwise(surface)
         return per_user.select(
             "user_id",
             self._ad_in_category(day, category, uniform(s, "event_item", dl, uid, k)).alias("item_id"),
-            pick_weighted(ACTIONS, uniform(s, "event_action", dl, uid, k)).alias("action"),
-            pick_weighted(surface_share(w, day), uniform(s, "event_surface", dl, uid, k)).alias("surface"),
+            action.alias("action"),
+            surface.alias("surface"),
             ts.alias("ts"),
             F.lit(ds).alias("ds"),
             category.alias("category"),
@@ -236,12 +279,12 @@ class Source:
         return corrupted.select("user_id", "item_id", "action", "surface", "ts", "ds")
 
     def _recent_related(self, ds: date) -> DataFrame:
-        """Per user, the (ts, category) of their events on ds and the day before: recency of interest."""
+        """Per user, the (ts, category, action) of their events on ds and the day before: recency of interest."""
         days = [d for d in (ds.fromordinal(ds.toordinal() - 1), ds) if d >= self.world.start_date]
         events = self._clean_events(days[0])
         for d in days[1:]:
             events = events.unionByName(self._clean_events(d))
-        return events.groupBy("user_id").agg(F.collect_list(F.struct("ts", "category")).alias("recent"))
+        return events.groupBy("user_id").agg(F.collect_list(F.struct("ts", "category", "action")).alias("recent"))
 
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) for day `ds`, with labels drawn from stored true probabilities."""
@@ -268,17 +311,20 @@ class Source:
         aid, category = F.col("ad_id"), self._category(F.col("ad_id"))
         related = F.filter(F.coalesce(F.col("recent"), F.array()),
                            lambda e: (e["ts"] < F.col("ts")) & (e["category"] == category))
-        last_related = F.array_max(F.transform(related, lambda e: e["ts"]))
-        hours_since = (F.unix_timestamp("ts") - F.unix_timestamp(last_related)) / 3600.0
-        recency = F.coalesce(RECENCY_BOOST * F.pow(F.lit(0.5), hours_since / RECENCY_HALF_LIFE_H), F.lit(0.0))
+        carts = F.filter(related, lambda e: e["action"] == CART_ACTION)
+        recency = RECENCY_BOOST * decayed(hours_since_last(related, F.col("ts")), RECENCY_HALF_LIFE_H)
+        cart = CART_BOOST * decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H)
+        interaction = INTERACTION_STRENGTH * interaction_sign(
+            self._age_bucket(uid), self._ad_format(aid), F.col("surface"), F.hour("ts"))
         match1 = (category == self._interest(uid, "primary")).cast("double")
         match2 = (category == self._interest(uid, "secondary")).cast("double")
         objective = self._objective(aid)
         drift = self.drift(aid, ds)
         click_logit = (-3.0 + 1.6 * match1 + 0.8 * match2 + _lookup(SURFACE_CLICK_BIAS, F.col("surface"))
                        + _lookup(OBJECTIVE_CLICK_BIAS, objective) + 0.7 * self._quality(aid) + drift + recency
-                       - POSITION_PENALTY * (F.col("position") - 1))
-        cvr_logit = -1.2 + _lookup(OBJECTIVE_CVR_BIAS, objective) + 0.6 * match1 + 0.4 * self._quality(aid)
+                       - POSITION_PENALTY * (F.col("position") - 1) + interaction)
+        cvr_logit = (-1.2 + _lookup(OBJECTIVE_CVR_BIAS, objective) + 0.6 * match1 + 0.4 * self._quality(aid)
+                     + cart)
         labelled = placed.select(
             "*", _sigmoid(click_logit).alias("p_click"), _sigmoid(cvr_logit).alias("p_convert_given_click"),
         )
