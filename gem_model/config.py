@@ -550,16 +550,20 @@ class SequenceConfig:
 
     `pyramid[i]` is how many of the most recent tokens layer i keeps (the rest are pooled into
     one summary token), so the layer count is `len(pyramid)`; `activation` is the generalized
-    dot-product attention's (softmax, or HSTU's pointwise silu). `n_cls` CLS tokens carry the
-    non-sequential summary in; `n_recent` most recent tokens go into the sequence summary.
+    dot-product attention's (softmax, or a pointwise one: HSTU's silu, Kunlun's gelu, relu2, identity).
+    `window` > 0 makes attention sliding-window (a token sees the tokens at most `window` positions
+    away, the CLS tokens see and are seen by all) in each layer whose rows can be longer than
+    2 * window + 1: the pyramid's lower layers. `n_cls` CLS tokens carry the non-sequential summary in;
+    `n_recent` most recent tokens go into the sequence summary.
     """
 
     dim: Count = 32
     heads: Count = 2
     # At least one layer, each keeping >= 1 token.
     pyramid: Annotated[tuple[Count, ...], NonEmpty()] = (64, 16)
-    activation: Literal["softmax", "silu"] = "softmax"
+    activation: Literal["softmax", "silu", "gelu", "relu2", "identity"] = "softmax"
     causal: bool = False
+    window: NonNegativeInt = 0  # 0: every layer attends to the whole row
     n_cls: Count = 2
     n_recent: NonNegativeInt = 2
     pffn_rank: Count = 8
@@ -784,8 +788,20 @@ DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
 LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
-# Settings added after teachers were named: hashed only when set, so that every existing name stays.
-LATER_SETTINGS: dict[str, dict[str, Any]] = {"data": {"mapping": ""}}
+# Settings added after teachers were named (nested like the config): hashed only when set away from these
+# defaults, so that every existing name stays.
+LATER_SETTINGS: dict[str, Any] = {"data": {"mapping": ""}, "model": {"sequence": {"window": 0}}}
+
+
+def _without_defaults(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`values` less each key of `defaults` (recursively) that still holds its default."""
+    kept = {}
+    for key, value in values.items():
+        if key in defaults and isinstance(defaults[key], dict):
+            kept[key] = _without_defaults(value, defaults[key])
+        elif key not in defaults or value != defaults[key]:
+            kept[key] = value
+    return kept
 
 
 @dataclass(frozen=True)
@@ -877,8 +893,7 @@ class GemConfig:
         teacher = {k: v for k, v in self.to_dict().items() if k not in DOWNSTREAM_SECTIONS}
         for section, names in LANDING_GUARDS.items():
             teacher[section] = {k: v for k, v in teacher[section].items() if k not in names}
-        for section, defaults in LATER_SETTINGS.items():
-            teacher[section] = {k: v for k, v in teacher[section].items() if k not in defaults or v != defaults[k]}
+        teacher = _without_defaults(teacher, LATER_SETTINGS)
         return hashlib.sha256(json.dumps(teacher, sort_keys=True).encode()).hexdigest()[:10]
 
 

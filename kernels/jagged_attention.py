@@ -1,7 +1,9 @@
 """Jagged self-attention over the rows of a jagged batch: the entry point, its validation and its PyTorch path.
 
 `jagged_attention` takes jagged values q, k, v [L, H, Dh] (B rows concatenated, offsets [B+1]) and lets each
-token attend within its own row, with standard "softmax" or HSTU's pointwise "silu" weights. It replaces
+token attend within its own row, with standard "softmax" weights or generalized dot-product attention's
+pointwise ones ("silu" as in HSTU; "gelu", "relu2", "identity" as in Kunlun's GDPA), optionally within a
+sliding window whose rows keep a few global tokens. It replaces
 padding the batch to [B, H, N, Dh] and running dense masked attention, whose cost grows with B * N^2
 however short most rows are. kernel="triton" runs `kernels/triton/triton_jagged_attention.py` (CUDA, or
 the CPU interpreter under TRITON_INTERPRET=1); kernel="pytorch" runs `_bucketed_jagged_attention` below,
@@ -15,13 +17,16 @@ import bisect
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-_ACTIVATIONS = ("softmax", "silu")
+from kernels.reference.pt_jagged_attention import POINTWISE
+
+_ACTIVATIONS = ("softmax", "silu", "gelu", "relu2", "identity")
 _KERNELS = ("auto", "pytorch", "triton")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # A bucket holds rows of lengths [m, max(_BUCKET_RATIO * m, _BUCKET_MIN_WIDTH)]: padding within a bucket is
@@ -41,8 +46,10 @@ def jagged_attention(
     *,
     max_seq_len: int,
     causal: bool = True,
-    activation: Literal["softmax", "silu"] = "softmax",
+    activation: Literal["softmax", "silu", "gelu", "relu2", "identity"] = "softmax",
     scale: float | None = None,
+    window: int | None = None,
+    n_global: int = 0,
     kernel: Literal["auto", "pytorch", "triton"] = "auto",
 ) -> Tensor:
     """Attention of each token to the tokens of its own row; returns [L, H, Dh] in q's dtype.
@@ -50,9 +57,12 @@ def jagged_attention(
     q, k, v: [L, H, Dh] jagged values, one dtype (float32, bfloat16, float16) and device. offsets: [B+1]
     int64 on q's device, offsets[0] = 0, non-decreasing, offsets[-1] = L; rows may be empty. max_seq_len
     (N): an upper bound on row lengths, sizing the Triton grid. causal: token i of a row sees tokens
-    j <= i of that row, position 0 being the row's first token. activation: "softmax", or "silu" for
-    w_ij = silu(scale * q_i.k_j) / n_b (n_b the row's length, no normalisation over j). scale defaults to
-    1/sqrt(Dh). kernel: "auto" (Triton for CUDA tensors, else the bucketed PyTorch path), "pytorch", or
+    j <= i of that row, position 0 being the row's first token. activation: "softmax", or a pointwise one
+    (silu, gelu, relu2 = relu², identity) for w_ij = act(scale * q_i.k_j) / n_b (n_b the row's length, no
+    normalisation over j). scale defaults to 1/sqrt(Dh). window: token i sees only tokens j with
+    |i - j| <= window (sliding-window attention, Kunlun's for long histories), except that the row's last
+    `n_global` tokens (e.g. CLS tokens appended to it) see and are seen by every token of the row; None
+    attends to the whole row (and n_global must be 0). kernel: "auto" (Triton for CUDA tensors, else the bucketed PyTorch path), "pytorch", or
     "triton" (CUDA, or CPU tensors under TRITON_INTERPRET=1). Differentiable in q, k, v on every path.
 
     It replaces padding to [B, H, N, Dh] and dense masked attention, and wins whenever row lengths vary.
@@ -67,18 +77,44 @@ def jagged_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate(q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale)
+    _validate(q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale,
+              window=window, n_global=n_global)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    mask = _Mask(causal, window, n_global)
     if kernel == "triton" or (kernel == "auto" and q.is_cuda):
         triton_jagged_attention = _import_triton_kernel(q)
         return triton_jagged_attention(
-            q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale
+            q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale,
+            window=window, n_global=n_global,
         )
-    return _bucketed_jagged_attention(q, k, v, offsets, causal=causal, activation=activation, scale=scale)
+    return _bucketed_jagged_attention(q, k, v, offsets, mask=mask, activation=activation, scale=scale)
+
+
+@dataclass(frozen=True)
+class _Mask:
+    """Which pairs of a row may attend: causal, and a sliding window with `n_global` global tokens at the end."""
+
+    causal: bool
+    window: int | None
+    n_global: int
+
+    def allowed(self, n: int, lengths: Tensor, valid: Tensor) -> Tensor | None:
+        """[b, 1, n, n] bool for a bucket of rows padded to n (lengths [b], valid [b, n]), or None when every
+        pair is allowed or the causal flag alone decides (rows are padded at the end, so under a causal mask no
+        real query sees a padding key)."""
+        if self.window is None:
+            return None if self.causal or bool(valid.all()) else valid[:, None, None, :]
+        i = torch.arange(n, device=valid.device)
+        first_global = (lengths - self.n_global)[:, None, None]
+        near = ((i[:, None] - i[None, :]).abs() <= self.window)[None]
+        allowed = (near | (i[None, :, None] >= first_global) | (i[None, None, :] >= first_global)) & valid[:, None, :]
+        if self.causal:
+            allowed = allowed & (i[None, :] <= i[:, None])[None]
+        return allowed[:, None]
 
 
 def _bucketed_jagged_attention(
-    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, causal: bool, activation: str, scale: float
+    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, mask: _Mask, activation: str, scale: float
 ) -> Tensor:
     """Rows sorted by length, dense attention per bucket of similar lengths [b, H, n, Dh], scattered back to [L]."""
     buckets = _length_buckets(offsets)
@@ -97,7 +133,7 @@ def _bucketed_jagged_attention(
     for bucket_index, valid, lengths in buckets:
         b, n = bucket_index.shape
         qb, kb, vb = (t[first : first + b * n].view(b, n, *t.shape[1:]).transpose(1, 2) for t in (qg, kg, vg))
-        out = _dense_attention(qb, kb, vb, valid.to(q.device), lengths.to(q.device), causal, activation, scale)
+        out = _dense_attention(qb, kb, vb, valid.to(q.device), lengths.to(q.device), mask, activation, scale)
         outs.append(out.reshape(b * n, *q.shape[1:]))
         first += b * n
     return torch.cat(outs).index_select(0, source)
@@ -143,7 +179,7 @@ def _length_buckets(offsets: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
 
 
 def _dense_attention(
-    q: Tensor, k: Tensor, v: Tensor, valid: Tensor, lengths: Tensor, causal: bool, activation: str, scale: float
+    q: Tensor, k: Tensor, v: Tensor, valid: Tensor, lengths: Tensor, mask: _Mask, activation: str, scale: float
 ) -> Tensor:
     """Attention of one bucket: q, k, v [b, H, n, Dh], valid [b, n], lengths [b]; returns [b, n, H, Dh].
 
@@ -152,17 +188,17 @@ def _dense_attention(
     empty softmax, no NaN); their outputs are garbage that the caller drops.
     """
     n = q.shape[2]
-    full = bool(valid.all())
-    key_mask = None if causal or full else valid[:, None, None, :]  # [b, 1, 1, n]: keys inside the row
+    allowed = mask.allowed(n, lengths, valid)  # [b, 1, n | 1, n] or None
+    causal_only = mask.causal and allowed is None
     if activation == "softmax":
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=causal, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=causal_only, scale=scale)
     else:
-        # In place: silu's backward needs its input, not its output, so one [b, H, n, n] buffer is saved.
-        weights = F.silu((q * scale) @ k.transpose(-1, -2))  # [b, H, n, n]
-        if causal:
+        # In place: no activation's backward needs its output, so one [b, H, n, n] buffer is saved.
+        weights = POINTWISE[activation]((q * scale) @ k.transpose(-1, -2))  # [b, H, n, n]
+        if causal_only:
             weights.masked_fill_(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), 0.0)
-        elif key_mask is not None:
-            weights.masked_fill_(~key_mask, 0.0)
+        elif allowed is not None:
+            weights.masked_fill_(~allowed, 0.0)
         # Dividing the [b, H, n, Dh] output by n_b is cheaper than dividing the [b, H, n, n] weights.
         out = (weights @ v) / lengths.to(q.dtype)[:, None, None, None]
     return out.transpose(1, 2)
@@ -214,6 +250,8 @@ def _validate(
     causal: bool,
     activation: str,
     scale: float | None,
+    window: int | None,
+    n_global: int,
 ) -> None:
     """Raise ValueError naming the argument, its value and the fix for any input the kernels cannot take."""
     for name, t in (("q", q), ("k", k), ("v", v), ("offsets", offsets)):
@@ -238,6 +276,13 @@ def _validate(
         isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
     ):
         raise ValueError(f"scale must be a finite float or None (for 1/sqrt(Dh)), got scale={scale!r}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be None (the whole row) or an int >= 0, got window={window!r}")
+    if isinstance(n_global, bool) or not isinstance(n_global, int) or n_global < 0:
+        raise ValueError(f"n_global must be an int >= 0, got n_global={n_global!r}")
+    if n_global and window is None:
+        raise ValueError(f"n_global={n_global} needs a window: without one every token is already global; "
+                         "pass window=<int> or n_global=0")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 0:
         raise ValueError(f"max_seq_len must be an int >= 0 (an upper bound on row lengths), got {max_seq_len!r}")
     if offsets.dtype != torch.int64 or offsets.dim() != 1 or offsets.numel() == 0:

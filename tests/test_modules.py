@@ -17,7 +17,9 @@ from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
-ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False}]
+ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False},
+             # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights.
+             {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:

@@ -55,11 +55,14 @@ class JaggedAttentionBlock(nn.Module):
         hidden = 2 * config.dim
         self.ffn = nn.Sequential(nn.Linear(config.dim, hidden), nn.SiLU(), nn.Linear(hidden, config.dim))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, max_len: int, n_global: int = 0) -> torch.Tensor:
+        """x [L, Ds] jagged; rows end with `n_global` tokens that a sliding window leaves global."""
         c = self.config
         q, k, v = self.qkv(self.norm_attn(x)).view(-1, 3, c.heads, c.dim // c.heads).unbind(1)
+        windowed = c.window > 0 and max_len > 2 * c.window + 1  # shorter rows: the window is the whole row
         attended = jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets_of(lengths),
-                                    max_seq_len=max_len, causal=c.causal, activation=c.activation)
+                                    max_seq_len=max_len, causal=c.causal, activation=c.activation,
+                                    window=c.window if windowed else None, n_global=n_global if windowed else 0)
         x = x + self.out(attended.reshape(-1, c.dim))
         return x + self.ffn(self.norm_ffn(x))
 
@@ -96,7 +99,7 @@ class SequenceLayer(nn.Module):
             tokens = self.pffn(tokens, gate, row_ids(lengths))
         merged, merged_lengths, token_at, cls_at = concat_rows(
             tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
-        merged = self.block(merged, merged_lengths, max_len + n_cls)
+        merged = self.block(merged, merged_lengths, max_len + n_cls, n_global=n_cls)
         kept, kept_lengths, dropped_mean, pooled = keep_first(merged.index_select(0, token_at), lengths, self.keep)
         # Older tokens beyond `keep` survive as one mean token at the end of the row.
         pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))

@@ -26,7 +26,8 @@ TOLERANCES = {
     torch.bfloat16: {"atol": 4e-2, "rtol": 4e-2},
 }
 KERNELS = ("pytorch", "triton")
-ACTIVATIONS = ("softmax", "silu")
+ACTIVATIONS = ("softmax", "silu")  # the full matrix; GDPA's other activations have tests of their own
+GDPA_ACTIVATIONS = ("gelu", "relu2", "identity")
 
 
 def _lengths(seed: int, count: int, short_max: int, long: int) -> list[int]:
@@ -65,9 +66,11 @@ def _check_parity(
     activation: str,
     causal: bool,
     scale: float | None = None,
+    window: int | None = None,
+    n_global: int = 0,
 ) -> None:
     offsets, q, k, v, dout = _inputs(lengths, heads, head_dim, dtype, device)
-    common = {"causal": causal, "activation": activation, "scale": scale}
+    common = {"causal": causal, "activation": activation, "scale": scale, "window": window, "n_global": n_global}
     expected = _forward_backward(lambda q, k, v: pt_jagged_attention(q, k, v, offsets, **common), q, k, v, dout)
     actual = _forward_backward(
         # max_seq_len is an upper bound, not the batch maximum: the extra Triton programs must do nothing.
@@ -103,6 +106,48 @@ def test_parity_random_lengths(
         kernel, lengths, heads=heads, head_dim=head_dim, dtype=torch.float32, device=device,
         activation=activation, causal=causal,
     )
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("activation", GDPA_ACTIVATIONS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_parity_gdpa_activations(kernel: str, activation: str, causal: bool, device: torch.device) -> None:
+    lengths = _lengths(seed=11, count=6, short_max=40, long=80)
+    _check_parity(
+        kernel, lengths, heads=2, head_dim=16, dtype=torch.float32, device=device, activation=activation,
+        causal=causal, scale=0.5,
+    )
+
+
+@pytest.mark.parametrize("n_global", [0, 2])
+@pytest.mark.parametrize("window", [0, 5, 40])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("activation", ["softmax", "gelu"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_parity_sliding_window(
+    kernel: str, activation: str, causal: bool, window: int, n_global: int, device: torch.device
+) -> None:
+    # Windows narrower and wider than a tile, rows shorter and longer than the window, global tokens or none.
+    lengths = _lengths(seed=13, count=6, short_max=30, long=100)
+    _check_parity(
+        kernel, lengths, heads=2, head_dim=16, dtype=torch.float32, device=device, activation=activation,
+        causal=causal, window=window, n_global=n_global,
+    )
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_window_sees_only_near_tokens_and_the_global_ones(kernel: str, device: torch.device) -> None:
+    # Moving a far, non-global key leaves a windowed token's output as it was; moving a global key does not.
+    offsets, q, k, v, _ = _inputs([40], 1, 16, torch.float32, device)
+    common = {"max_seq_len": 40, "causal": False, "window": 3, "n_global": 2, "kernel": kernel}
+    before = jagged_attention(q, k, v, offsets, **common)
+    far, global_key = v.clone(), v.clone()
+    far[30] += 1.0
+    global_key[39] += 1.0
+    torch.testing.assert_close(jagged_attention(q, k, far, offsets, **common)[:26], before[:26])
+    assert not torch.allclose(jagged_attention(q, k, global_key, offsets, **common)[0], before[0])
+    whole_row = jagged_attention(q, k, v, offsets, max_seq_len=40, causal=False, kernel=kernel)
+    torch.testing.assert_close(before[38:], whole_row[38:])  # global queries see the whole row
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -230,6 +275,9 @@ def _bad_call(**changes: object) -> None:
         ({"v": torch.randn(5, 2, 16, dtype=torch.float64)}, r"v.dtype=torch.float64 must equal q.dtype"),
         ({"q": torch.randn(5, 32)}, r"q must be \[L, H, Dh\].*q.shape=\(5, 32\)"),
         ({"activation": "relu"}, r"activation='relu' is not one of"),
+        ({"window": -1}, r"window must be None \(the whole row\) or an int >= 0, got window=-1"),
+        ({"n_global": 2}, r"n_global=2 needs a window"),
+        ({"window": 4, "n_global": -1}, r"n_global must be an int >= 0"),
         ({"kernel": "cuda"}, r"kernel='cuda' is not one of"),
         ({"max_seq_len": 2}, r"max_seq_len=2 is below the longest row \(3 tokens\)"),
         ({"scale": float("nan")}, r"scale must be a finite float"),
