@@ -54,7 +54,8 @@ from jobs.spark_session import build_spark_session
 
 PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
 CLICK_TERMS = {"static, without the fourth-order term": (), "static": ("interaction",),
-               "+ recency": ("interaction", "recency"), "+ recency + sequence share": ("interaction", "recency", "share")}
+               "+ recency": ("interaction", "recency"),
+               "+ recency + sequence share": ("interaction", "recency", "share")}
 CVR_TERMS = {"static": (), "+ cart recency": ("cart",), "+ cart recency + sequence share": ("cart", "share")}
 TERMS = ("interaction", "recency", "cart", "share")
 

@@ -970,7 +970,8 @@ PRESETS: dict[str, GemConfig] = {
         preset="medium",
         world=WorldConfig(n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000,
                           impressions_per_day=1_000_000),
-        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16, 8, 32), max_seq_len=8192),
+        features=FeatureSpec(features=_buckets(131072, 16, 64, 16, 32768, 2048, 128, 16, 16, 16, 8, 32),
+                             max_seq_len=8192),
         train=TrainConfig(epochs=1, batch_size=2048),
     ),
 }

@@ -62,8 +62,9 @@ def jagged_attention(
     normalisation over j). scale defaults to 1/sqrt(Dh). window: token i sees only tokens j with
     |i - j| <= window (sliding-window attention, Kunlun's for long histories), except that the row's last
     `n_global` tokens (e.g. CLS tokens appended to it) see and are seen by every token of the row; None
-    attends to the whole row (and n_global must be 0). kernel: "auto" (Triton for CUDA tensors, else the bucketed PyTorch path), "pytorch", or
-    "triton" (CUDA, or CPU tensors under TRITON_INTERPRET=1). Differentiable in q, k, v on every path.
+    attends to the whole row (and n_global must be 0). kernel: "auto" (Triton for CUDA tensors, else the
+    bucketed PyTorch path), "pytorch", or "triton" (CUDA, or CPU tensors under TRITON_INTERPRET=1).
+    Differentiable in q, k, v on every path.
 
     It replaces padding to [B, H, N, Dh] and dense masked attention, and wins whenever row lengths vary.
     Measured forward + backward on 2 AMD EPYC cores, 1 torch thread, bucket ratio 2.0 (docs/BENCHMARKS.md; B=128, H=2,

@@ -215,7 +215,7 @@ class Source:
 
     def ads(self) -> DataFrame:
         """bronze.ads: advertiser, campaign, category, format, objective, launch date, quality, trend."""
-        w, s, aid = self.world, self.seed, F.col("ad_id")
+        w, aid = self.world, F.col("ad_id")
         launch = _arrival_day(aid, w.n_ads, w.new_ad_fraction, w.n_days)
         return self.spark.range(1, w.n_ads + 1).select(F.col("id").alias("ad_id")).select(
             "ad_id",

@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-
 # Activation codes (constexpr ACT): 0 is softmax, the rest pointwise.
 ACTIVATION_CODES = {"softmax": 0, "silu": 1, "gelu": 2, "relu2": 3, "identity": 4}
 _INV_SQRT2, _INV_SQRT_2PI = 0.7071067811865476, 0.3989422804014327
