@@ -41,6 +41,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
     "gem-no-interleaving": {"model": {"interleave": False}},
+    # Kunlun's parts (issue 16), one at a time over the default.
+    "gem-window16": {"model": {"sequence": {"window": 16}}},
+    "gem-gelu": {"model": {"sequence": {"activation": "gelu"}}},
+    "gem-gdpa-pffn": {"model": {"sequence": {"pffn": "gdpa"}}},
+    "gem-hsp": {"model": {"sequence": {"summary": "hsp"}}},
+    "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
+    "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
 }
 TASKS = ("ctr", "cvr")
 

@@ -539,9 +539,16 @@ class WukongConfig:
     rank: Count = 8
     mlp_dims: tuple[Count, ...] = (128,)
     attentive: bool = True
+    # Kunlun's Mixture of Wukong Experts: each layer's embeddings split into n_experts contiguous groups,
+    # each mixed by its own Wukong layer into an equal share of the n_fm + n_lc outputs.
+    n_experts: Count = 1
 
     def __post_init__(self) -> None:
         _validate(self, "model.wukong")
+        for name in ("n_fm", "n_lc"):
+            if getattr(self, name) % self.n_experts:
+                raise ConfigError(f"model.wukong.{name}={getattr(self, name)} must be divisible by "
+                                  f"n_experts={self.n_experts}: each expert makes an equal share")
 
 
 @dataclass(frozen=True)
@@ -555,6 +562,13 @@ class SequenceConfig:
     away, the CLS tokens see and are seen by all) in each layer whose rows can be longer than
     2 * window + 1: the pyramid's lower layers. `n_cls` CLS tokens carry the non-sequential summary in;
     `n_recent` most recent tokens go into the sequence summary.
+
+    Kunlun's parts (arXiv 2602.10016; docs/KUNLUN_NOTES.md): `pffn="gdpa"` replaces the low-rank
+    personalised FFN by generalized dot-product attention of every token to `pffn_kv` keys and values
+    made from the non-sequential side (`pffn_activation`); `summary="hsp"` replaces the summary's mean
+    and recent tokens by Hierarchical Seed Pooling (`hsp_seeds` learned queries over the row, compressed
+    to `hsp_tokens` by a SumKronLinear of rank `hsp_rank`); `comp_skip` skips the self-attention of every
+    other layer (the first, third, ...), which then only personalises and summarises its tokens.
     """
 
     dim: Count = 32
@@ -566,12 +580,24 @@ class SequenceConfig:
     window: NonNegativeInt = 0  # 0: every layer attends to the whole row
     n_cls: Count = 2
     n_recent: NonNegativeInt = 2
+    pffn: Literal["lowrank", "gdpa"] = "lowrank"
     pffn_rank: Count = 8
+    pffn_kv: Count = 16
+    pffn_activation: Literal["silu", "gelu", "relu2", "identity"] = "gelu"
+    summary: Literal["mean_recent", "hsp"] = "mean_recent"
+    hsp_seeds: Count = 32
+    hsp_tokens: Count = 4
+    hsp_rank: Count = 4
+    comp_skip: bool = False
 
     def __post_init__(self) -> None:
         _validate(self, "model.sequence")
         if self.dim % self.heads:
             raise ConfigError(f"model.sequence.dim={self.dim} must be divisible by heads={self.heads}")
+        if self.comp_skip and (len(self.pyramid) < 2 or self.summary != "hsp"):
+            raise ConfigError(f"model.sequence.comp_skip needs at least 2 pyramid layers (got {len(self.pyramid)}) "
+                              f"and summary='hsp' (got {self.summary!r}): a layer without self-attention "
+                              "summarises its tokens by seed pooling")
 
 
 @dataclass(frozen=True)
@@ -790,7 +816,14 @@ DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
 # Settings added after teachers were named (nested like the config): hashed only when set away from these
 # defaults, so that every existing name stays.
-LATER_SETTINGS: dict[str, Any] = {"data": {"mapping": ""}, "model": {"sequence": {"window": 0}}}
+LATER_SETTINGS: dict[str, Any] = {
+    "data": {"mapping": ""},
+    "model": {
+        "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
+                     "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False},
+        "wukong": {"n_experts": 1},
+    },
+}
 
 
 def _without_defaults(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

@@ -10,16 +10,21 @@ from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongCon
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
-from gem_model.modules.sequence import SequenceLayer
-from gem_model.modules.wukong import WukongLayer, low_rank_fm
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, segment_softmax
+from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
+from gem_model.modules.sequence import GDPAPersonalizedFFN, SequenceLayer
+from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
 from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
 ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False},
-             # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights.
-             {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")}]
+             # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights; the PFFN
+             # as GDPA with seed pooling; Computation Skip (which needs seed pooling); Wukong experts.
+             {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},
+             {"sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
+             {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
+             {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -66,6 +71,66 @@ def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
     lengths = torch.tensor([0, 2, 3, 7])
     tokens, out_lengths, cls_out = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
     assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
+
+
+def test_segment_softmax_normalises_within_each_row():
+    scores, rows = torch.tensor([[1.0], [2.0], [3.0], [50.0]]), torch.tensor([0, 0, 2, 2])
+    out = segment_softmax(scores, rows, 3).squeeze(1)
+    torch.testing.assert_close(out[:2], torch.softmax(torch.tensor([1.0, 2.0]), 0))
+    torch.testing.assert_close(out[2:], torch.softmax(torch.tensor([3.0, 50.0]), 0))
+
+
+def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
+    torch.manual_seed(0)
+    layer, x = SumKronLinear(n_in=5, n_out=3, d_in=4, d_out=2, rank=2), torch.randn(6, 5, 4)
+    explicit = sum(layer.z[i].T @ x @ layer.w[i] for i in range(2))  # Z_iᵀ X_b W_i, batched over b
+    torch.testing.assert_close(layer(x), explicit)
+
+
+def test_seed_pooling_attends_within_each_row_and_pools_an_empty_row_to_zeros():
+    torch.manual_seed(0)
+    config = SequenceConfig(dim=8, heads=2, hsp_seeds=10, hsp_tokens=3, hsp_rank=2)
+    hsp = HierarchicalSeedPooling(config, out_dim=6)
+    tokens, lengths = torch.randn(9, 8), torch.tensor([4, 0, 5])
+    out = hsp(tokens, lengths)
+    assert out.shape == (3, 3, 6) and torch.equal(out[1], torch.zeros(3, 6))
+    moved = tokens.clone()
+    moved[5:] += torch.randn(4, 8)  # row 2 only (not a constant: the layer norm would remove it)
+    again = hsp(moved, lengths)
+    torch.testing.assert_close(again[0], out[0])
+    assert not torch.allclose(again[2], out[2])
+
+
+def test_gdpa_pffn_is_a_per_row_two_layer_ffn_made_from_the_context():
+    torch.manual_seed(0)
+    config = SequenceConfig(dim=8, heads=2, pffn_kv=3, pffn_activation="relu2")
+    pffn = GDPAPersonalizedFFN(config, context_dim=5)
+    x, context, rows = torch.randn(7, 8), torch.randn(2, 5), torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    out = pffn(x, context, rows)
+    for t in range(7):
+        k, v = pffn.kv(context[rows[t]]).view(2, 3, 2, 4).unbind(0)  # [n_kv, H, dh]
+        q = pffn.q(pffn.norm(x[t])).view(2, 4)
+        hidden = torch.relu(torch.einsum("hd,khd->hk", q, k) / 2.0).square() / 3  # relu² / n_kv
+        torch.testing.assert_close(out[t], x[t] + pffn.out(torch.einsum("hk,khd->hd", hidden, v).reshape(8)))
+
+
+def test_wukong_experts_mix_only_their_own_group():
+    torch.manual_seed(0)
+    layer = WukongExperts(n_in=5, dim=4, config=WukongConfig(n_fm=4, n_lc=2, rank=2, n_experts=2))
+    x = torch.randn(3, 5, 4)
+    out = layer(x)
+    assert out.shape == (3, 6, 4) and layer.sizes == [3, 2]
+    moved = x.clone()
+    moved[:, 4] += 1.0  # the second expert's group
+    torch.testing.assert_close(layer(moved)[:, :3], out[:, :3])
+
+
+def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
+    config = SequenceConfig(dim=8, heads=2, n_cls=2, summary="hsp", comp_skip=True)
+    layer = SequenceLayer(config, keep=3, personalised=False, attends=False)
+    cls = torch.randn(2, 2, 8)
+    tokens, lengths, cls_out = layer(torch.randn(9, 8), torch.tensor([2, 7]), 7, cls, None)
+    assert lengths.tolist() == [2, 4] and tokens.shape == (6, 8) and torch.equal(cls_out, cls)
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:
@@ -142,6 +207,9 @@ def test_ranking_needs_the_surface_but_embeddings_do_not():
     ({"sequence": {"pyramid": []}}, "pyramid"),
     ({"sequence": {"activation": "relu"}}, "activation"),
     ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
+    ({"sequence": {"comp_skip": True}}, r"comp_skip needs at least 2 pyramid layers \(got 2\) and summary='hsp'"),
+    ({"sequence": {"pffn": "dense"}}, "model.sequence.pffn"),
+    ({"wukong": {"n_experts": 3}}, "model.wukong.n_fm=8 must be divisible by n_experts=3"),
 ])
 def test_model_config_errors_name_the_field(bad, match):
     with pytest.raises(ValueError, match=match):

@@ -4,8 +4,8 @@ Following InterFormer (Zeng et al., arXiv 2411.09852), the non-sequential arch (
 over the feature embeddings) and the sequence arch (the jagged attention pyramid) exchange
 summaries at every layer instead of meeting once at the top:
 
-    layer i:  cls_i, gate_i = NonSeqSummary_i(X_i)            # X_i [B, n_i, D]
-              S_{i+1}, c_i = SequenceLayer_i(S_i, cls_i, gate_i) # S jagged [L_i, Ds]
+    layer i:  cls_i, m_i = NonSeqSummary_i(X_i)               # X_i [B, n_i, D]; m_i the PFFN's message
+              S_{i+1}, c_i = SequenceLayer_i(S_i, cls_i, m_i)    # S jagged [L_i, Ds]
               s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
               X_{i+1} = Wukong_i(concat(X_i, s_i))
 
@@ -13,6 +13,8 @@ The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_
 swaps each Wukong layer for an MLP layer of the same output shape; `interleave=False` runs the
 pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
 `use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
+Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
+are switched on by config, each off by default until an ablation shows it pays (docs/MODEL.md).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from gem_model.modules.sequence import (
     SequenceSummary,
     SequenceTokenizer,
     pyramid_max_lengths,
+    summary_tokens,
 )
 from gem_model.modules.sparse_arch import SparseOutput
-from gem_model.modules.wukong import WukongLayer
+from gem_model.modules.wukong import wukong_layer
 
 
 class MLPLayer(nn.Module):
@@ -49,18 +52,19 @@ class MLPLayer(nn.Module):
 
 
 class NonSeqSummary(nn.Module):
-    """X [B, n, D] -> (CLS tokens [B, C, Ds], PFFN gate [B, r]): the non-sequential side's message."""
+    """X [B, n, D] -> (CLS tokens [B, C, Ds], the PFFN's message): the non-sequential side's message is a
+    low-rank gate [B, r], or for a GDPA PFFN the flattened X [B, n·D] it makes its keys and values from."""
 
     def __init__(self, n_in: int, dim: int, config: ModelConfig) -> None:
         super().__init__()
         seq = config.sequence
         self.n_cls, self.seq_dim = seq.n_cls, seq.dim
         self.cls = nn.Linear(n_in * dim, seq.n_cls * seq.dim)
-        self.gate = nn.Linear(n_in * dim, seq.pffn_rank)
+        self.gate = nn.Linear(n_in * dim, seq.pffn_rank) if seq.pffn == "lowrank" else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = x.flatten(1)
-        return self.cls(flat).view(-1, self.n_cls, self.seq_dim), self.gate(flat)
+        return self.cls(flat).view(-1, self.n_cls, self.seq_dim), flat if self.gate is None else self.gate(flat)
 
 
 class InterFormerArch(nn.Module):
@@ -70,23 +74,27 @@ class InterFormerArch(nn.Module):
         d, seq = config.embedding_dim, config.sequence
         n_layers = len(seq.pyramid)
         self.max_lengths = pyramid_max_lengths(spec, seq)
-        n_summary = seq.n_cls + 1 + seq.n_recent if config.use_sequence else 0
+        n_summary = summary_tokens(seq) if config.use_sequence else 0
         n_out = config.wukong.n_fm + config.wukong.n_lc
         self.interleaved = config.use_sequence and config.interleave
         joins_each_layer = n_summary if self.interleaved else 0
         n_ins = [n_features + (0 if config.use_sequence else 1)] + [n_out] * (n_layers - 1)
         self.interaction = nn.ModuleList([
-            WukongLayer(n + joins_each_layer, d, config.wukong) if config.use_wukong
+            wukong_layer(n + joins_each_layer, d, config.wukong) if config.use_wukong
             else MLPLayer(n + joins_each_layer, n_out, d, config.wukong.mlp_dims)
             for n in n_ins
         ])
         if config.use_sequence:
             self.tokenizer = SequenceTokenizer(spec, d, seq.dim)
-            self.sequence = nn.ModuleList([SequenceLayer(seq, keep, personalised=self.interleaved)
-                                           for keep in seq.pyramid])
+            # Computation Skip: the first, third, ... layers skip self-attention and pool a fresh summary; the
+            # others attend and reuse the summary pooled just before.
+            skips = [seq.comp_skip and i % 2 == 0 for i in range(n_layers)]
+            self.sequence = nn.ModuleList([
+                SequenceLayer(seq, keep, personalised=self.interleaved, context_dim=n * d, attends=not skip)
+                for keep, n, skip in zip(seq.pyramid, n_ins, skips)])
             # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
-            n_summaries = n_layers if self.interleaved else 1
-            self.summaries = nn.ModuleList([SequenceSummary(seq, d) for _ in range(n_summaries)])
+            pools = [not (seq.comp_skip and i % 2 == 1) for i in range(n_layers)] if self.interleaved else [True]
+            self.summaries = nn.ModuleList([SequenceSummary(seq, d, pools=p) for p in pools])
             if self.interleaved:
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:
@@ -102,17 +110,18 @@ class InterFormerArch(nn.Module):
             return x.flatten(1)
         tokens = self.tokenizer(sparse.seq_values, sparse.seq_side)
         lengths, b = sparse.seq_lengths, x.shape[0]
+        pooled = None
         for i, seq_layer in enumerate(self.sequence):
             if self.interleaved:
-                cls, gate = self.messages[i](x)
+                cls, message = self.messages[i](x)
             else:
-                cls, gate = self.cls.expand(b, -1, -1), None
-            tokens, lengths, cls_out = seq_layer(tokens, lengths, self.max_lengths[i], cls, gate)
+                cls, message = self.cls.expand(b, -1, -1), None
+            tokens, lengths, cls_out = seq_layer(tokens, lengths, self.max_lengths[i], cls, message)
             if self.interleaved:
-                summary = self.summaries[i](tokens, lengths, cls_out)
+                summary, pooled = self.summaries[i](tokens, lengths, cls_out, pooled)
                 x = self.interaction[i](torch.cat([x, summary], dim=1))
         if not self.interleaved:
             for layer in self.interaction:
                 x = layer(x)
-            summary = self.summaries[0](tokens, lengths, cls_out)
+            summary, _ = self.summaries[0](tokens, lengths, cls_out)
         return torch.cat([x.flatten(1), summary.flatten(1)], dim=1)

@@ -9,18 +9,24 @@ into one summary token, so the first layer sees the whole history once and later
 O(pyramid[i]²) per row.
 
 Each layer also takes CLS tokens (the non-sequential summary, InterFormer's way in) appended
-to every row, and an optional personalised FFN gate; the CLS outputs, the mean token and the
-most recent tokens form the layer's sequence summary (`SequenceSummary`).
+to every row, and an optional personalised FFN (a low-rank gate, or Kunlun's GDPA over keys and
+values made from the non-sequential side); the CLS outputs with the mean token and the most recent
+tokens, or with Hierarchical Seed Pooling's tokens, form the layer's sequence summary
+(`SequenceSummary`). Under Computation Skip every other layer skips its self-attention.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from gem_model.config import FeatureSpec, SequenceConfig
 from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, offsets_of, row_ids, segment_mean
+from gem_model.modules.seed_pooling import HierarchicalSeedPooling
 from kernels.jagged_attention import jagged_attention
+from kernels.reference.pt_jagged_attention import POINTWISE
 
 
 class SequenceTokenizer(nn.Module):
@@ -80,23 +86,58 @@ class PersonalizedFFN(nn.Module):
         return x + self.up(self.down(x) * gate.index_select(0, rows))
 
 
-class SequenceLayer(nn.Module):
-    """One pyramid level: PFFN, CLS tokens appended, jagged attention, then keep `keep` newest tokens."""
+class GDPAPersonalizedFFN(nn.Module):
+    """x + Out(act(Q(LN x) · K_bᵀ / sqrt(dh)) V_b / n_kv): each token of row b attends to `pffn_kv` keys and
+    values made from that row's non-sequential side, context [B, C] (Kunlun's PFFN as generalized
+    dot-product attention: a per-row two-layer FFN with W1 = K_bᵀ and W2 = V_b, n_kv its hidden width)."""
 
-    def __init__(self, config: SequenceConfig, keep: int, personalised: bool) -> None:
+    def __init__(self, config: SequenceConfig, context_dim: int) -> None:
+        super().__init__()
+        self.heads, self.n_kv, self.act = config.heads, config.pffn_kv, POINTWISE[config.pffn_activation]
+        self.norm = nn.LayerNorm(config.dim)
+        self.q = nn.Linear(config.dim, config.dim, bias=False)
+        self.kv = nn.Linear(context_dim, 2 * config.pffn_kv * config.dim)
+        self.out = nn.Linear(config.dim, config.dim)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        (n_tokens, dim), b = x.shape, context.shape[0]
+        head_dim = dim // self.heads
+        k, v = self.kv(context).view(b, 2, self.n_kv, self.heads, head_dim).unbind(1)  # [B, n_kv, H, dh]
+        q = self.q(self.norm(x)).view(n_tokens, self.heads, head_dim)
+        scores = torch.einsum("lhd,lkhd->lhk", q, k.index_select(0, rows)) / math.sqrt(head_dim)
+        out = torch.einsum("lhk,lkhd->lhd", self.act(scores) / self.n_kv, v.index_select(0, rows))
+        return x + self.out(out.reshape(n_tokens, dim))
+
+
+class SequenceLayer(nn.Module):
+    """One pyramid level: PFFN, CLS tokens appended, jagged attention (unless `attends` is False: Computation
+    Skip), then keep the `keep` newest tokens. `context_dim` is the width of the flattened non-sequential
+    side that a GDPA PFFN reads."""
+
+    def __init__(self, config: SequenceConfig, keep: int, personalised: bool, context_dim: int = 0,
+                 attends: bool = True) -> None:
         super().__init__()
         self.config, self.keep = config, keep
-        self.pffn = PersonalizedFFN(config.dim, config.pffn_rank) if personalised else None
-        self.block = JaggedAttentionBlock(config)
+        self.pffn: nn.Module | None = None
+        if personalised:
+            self.pffn = (GDPAPersonalizedFFN(config, context_dim) if config.pffn == "gdpa"
+                         else PersonalizedFFN(config.dim, config.pffn_rank))
+        self.block = JaggedAttentionBlock(config) if attends else None
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor,
-                gate: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens [L, Ds], lengths [B], cls [B, C, Ds], gate [B, r] -> (tokens', lengths', cls_out [B, C, Ds])."""
+                message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens [L, Ds], lengths [B], cls [B, C, Ds], message (the PFFN's gate [B, r] or context [B, C']) ->
+        (tokens', lengths', cls_out [B, C, Ds]); a layer that skips attention returns its CLS tokens as they came."""
         b, n_cls, dim = cls.shape
         if self.pffn is not None:
-            if gate is None:
-                raise ValueError("a personalised SequenceLayer needs the non-sequential gate")
-            tokens = self.pffn(tokens, gate, row_ids(lengths))
+            if message is None:
+                raise ValueError("a personalised SequenceLayer needs the non-sequential message")
+            tokens = self.pffn(tokens, message, row_ids(lengths))
+        if self.block is None:
+            kept, kept_lengths, dropped_mean, pooled = keep_first(tokens, lengths, self.keep)
+            pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))
+            out, out_lengths, _, _ = concat_rows(kept, kept_lengths, pooled_means, pooled.long())
+            return out, out_lengths, cls
         merged, merged_lengths, token_at, cls_at = concat_rows(
             tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
         merged = self.block(merged, merged_lengths, max_len + n_cls, n_global=n_cls)
@@ -107,22 +148,42 @@ class SequenceLayer(nn.Module):
         return out, out_lengths, merged.index_select(0, cls_at).view(b, n_cls, dim)
 
 
+def summary_tokens(config: SequenceConfig) -> int:
+    """How many embeddings a `SequenceSummary` gives the non-sequential side."""
+    return config.n_cls + (config.hsp_tokens if config.summary == "hsp" else 1 + config.n_recent)
+
+
 class SequenceSummary(nn.Module):
-    """[B, C + 1 + n_recent, D] gated summary tokens for the non-sequential side:
-    CLS outputs, the mean token and the most recent tokens, projected to the embedding dim."""
+    """[B, summary_tokens, D] gated summary tokens for the non-sequential side: the CLS outputs projected to
+    the embedding dim, with the mean token and the most recent tokens (`summary="mean_recent"`) or with
+    Hierarchical Seed Pooling's tokens (`summary="hsp"`). A summary that does not `pool` (a Computation
+    Skip layer that attends) is handed the pooled tokens of the layer before."""
 
-    def __init__(self, config: SequenceConfig, embedding_dim: int) -> None:
+    def __init__(self, config: SequenceConfig, embedding_dim: int, pools: bool = True) -> None:
         super().__init__()
-        self.n_recent = config.n_recent
-        self.n_tokens = config.n_cls + 1 + config.n_recent
+        self.kind, self.n_recent = config.summary, config.n_recent
+        self.n_tokens = summary_tokens(config)
         self.proj = nn.Linear(config.dim, embedding_dim)
-        self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
+        if self.kind == "hsp":
+            self.hsp = HierarchicalSeedPooling(config, embedding_dim) if pools else None
+            self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
+        else:
+            self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, cls_out: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, cls_out: torch.Tensor,
+                pooled: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """-> (summary [B, n_tokens, D], the HSP tokens [B, T, D] for a later layer to reuse, or None)."""
+        if self.kind == "hsp":
+            if self.hsp is not None:
+                pooled = self.hsp(tokens, lengths)
+            elif pooled is None:
+                raise ValueError("a SequenceSummary that does not pool needs the pooled tokens of the layer before")
+            parts = torch.cat([self.proj(cls_out), pooled], dim=1)  # [B, n_tokens, D]
+            return torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2) * parts, pooled
         mean = segment_mean(tokens, row_ids(lengths), lengths.numel()).unsqueeze(1)
         parts = torch.cat([cls_out, mean, first_tokens(tokens, lengths, self.n_recent)], dim=1)  # [B, S, Ds]
         gate = torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2)
-        return gate * self.proj(parts)
+        return gate * self.proj(parts), None
 
 
 def pyramid_max_lengths(spec: FeatureSpec, config: SequenceConfig) -> list[int]:

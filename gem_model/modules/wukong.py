@@ -12,6 +12,8 @@ captures up to 2^i-order interactions), which is what makes Wukong scale.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -68,3 +70,28 @@ class WukongLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = x if self.residual is None else self.residual(x)
         return self.norm(torch.cat([self.fmb(x), self.lcb(x)], dim=1) + residual)
+
+
+class WukongExperts(nn.Module):
+    """Kunlun's Mixture of Wukong Experts: the n_in embeddings split into `n_experts` contiguous groups, each
+    mixed by its own Wukong layer into an equal share of the n_F + n_L outputs, concatenated. No router: a
+    dense partition whose experts are independent, so expert parallelism can place them on different
+    devices (the write-ups name no gating; docs/KUNLUN_NOTES.md §7)."""
+
+    def __init__(self, n_in: int, dim: int, config: WukongConfig) -> None:
+        super().__init__()
+        m = config.n_experts
+        if n_in < m:
+            raise ValueError(f"model.wukong.n_experts={m} is above the {n_in} embeddings a layer takes; lower it")
+        self.sizes = [n_in // m + (1 if i < n_in % m else 0) for i in range(m)]
+        share = dataclasses.replace(config, n_fm=config.n_fm // m, n_lc=config.n_lc // m, n_experts=1)
+        self.experts = nn.ModuleList([WukongLayer(n, dim, share) for n in self.sizes])
+        self.n_out = config.n_fm + config.n_lc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([expert(part) for expert, part in zip(self.experts, x.split(self.sizes, dim=1))], dim=1)
+
+
+def wukong_layer(n_in: int, dim: int, config: WukongConfig) -> nn.Module:
+    """One Wukong layer, or its mixture of experts when `config.n_experts` > 1."""
+    return WukongExperts(n_in, dim, config) if config.n_experts > 1 else WukongLayer(n_in, dim, config)
