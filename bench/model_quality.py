@@ -64,11 +64,16 @@ def variant_version(cfg: GemConfig, name: str, seed: int | None = None) -> str:
 
 def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int,
                   seed: int | None = None) -> dict[str, Any]:
-    variant = variant_config(cfg, name, seed)
-    config_file = paths.staging / "bench" / f"{name}-{variant.train.seed}.json"
+    return train(variant_config(cfg, name, seed), paths, variant_version(cfg, name, seed), data_version)
+
+
+def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) -> dict[str, Any]:
+    """The manifest of model `version` trained from `variant` by the real training job (torchrun), on Delta
+    version `data_version` of the training examples; a version already trained is read, not retrained."""
+    config_file = paths.staging / "bench" / f"{version}.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(variant.to_json())
-    model_dir = paths.model_dir(variant_version(cfg, name, seed))
+    model_dir = paths.model_dir(version)
     if not (model_dir / "manifest.json").is_file():
         launcher, nproc = LocalTorchrunLauncher(), variant.train.nproc
         args = ["--config", str(config_file), "--data", str(paths.table("gold.training_examples")),

@@ -1,0 +1,177 @@
+"""Holdout NE against training compute for GEM, DLRM and DCN-V2 at several sizes: the scaling study.
+
+    GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 \
+        --out docs/scaling.json --plot docs/scaling.png
+
+Each architecture climbs a ladder of sizes (`LADDERS`: overrides that widen its dense arches together;
+the sparse tables and the data stay the same). Each (architecture, size, seed) is trained for one epoch
+(`EPOCHS`: every example seen once, as in the Wukong and Kunlun scaling studies) by the real training
+job on one pinned Delta version, through `bench/model_quality.py`'s `train`, so a run already trained
+is read back, not retrained. Training compute C = dense FLOPs of one training step per example
+(forward + backward; `bench/train_throughput.py`'s count, embedding lookups excluded) x examples
+seen. Per architecture and task, least squares over every run fits log NE = log a - alpha log C; alpha
+is the power-law exponent (steeper = larger) and its 95% interval uses Student's t on the fit's
+standard error. The plot shows NE against C on log-log axes with each fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.dataset as ds
+import torch
+from deltalake import DeltaTable
+from model_quality import train  # bench/ is on sys.path when run as a script
+from train_throughput import dense_flops_per_example
+
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
+
+EPOCHS = 1
+TASKS = ("ctr", "cvr")
+# Each rung widens the dense arches together; the middle GEM rung and DLRM's/DCN-V2's second are the defaults.
+LADDERS: dict[str, dict[str, dict[str, Any]]] = {
+    "gem": {
+        "xs": {"shared_dims": [64, 32], "wukong": {"n_fm": 4, "n_lc": 4, "rank": 4, "mlp_dims": [64]},
+               "sequence": {"dim": 16}},
+        "s": {},
+        "m": {"shared_dims": [256, 128], "wukong": {"n_fm": 16, "n_lc": 16, "rank": 16, "mlp_dims": [256]},
+              "sequence": {"dim": 48}},
+        "l": {"shared_dims": [512, 256], "wukong": {"n_fm": 32, "n_lc": 32, "rank": 16, "mlp_dims": [512]},
+              "sequence": {"dim": 64}},
+    },
+    "dlrm": {
+        "xs": {"shared_dims": [64, 32]},
+        "s": {},
+        "m": {"shared_dims": [512, 256]},
+        "l": {"shared_dims": [1024, 1024, 512]},
+    },
+    "dcnv2": {
+        "xs": {"shared_dims": [64, 32], "dcn_layers": 2, "dcn_rank": 8},
+        "s": {},
+        "m": {"shared_dims": [512, 256], "dcn_layers": 4, "dcn_rank": 32},
+        "l": {"shared_dims": [1024, 1024, 512], "dcn_layers": 6, "dcn_rank": 64},
+    },
+}
+# Student's t 97.5% quantiles by degrees of freedom (beyond the table, the normal's 1.96 is close enough).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 18: 2.101, 20: 2.086, 25: 2.060,
+         30: 2.042}
+
+
+def training_rows(table: Path, version: int, holdout_start: date) -> int:
+    """Rows of the training days (before the holdout) in `version` of gold.training_examples."""
+    dataset = DeltaTable(str(table), version=version).to_pyarrow_dataset()
+    return dataset.count_rows(filter=ds.field("ds") < holdout_start)
+
+
+def rung_config(base: GemConfig, architecture: str, rung: str, seed: int) -> GemConfig:
+    overrides = {"model": {"architecture": architecture, **LADDERS[architecture][rung]},
+                 "train": {"epochs": EPOCHS, "seed": seed}}
+    return GemConfig.from_dict(overrides, base=base)
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5% quantile, rounded up to the table's nearest smaller df (a wider interval)."""
+    if df < 1:
+        return math.inf
+    return 1.96 if df > 30 else _T975[max(d for d in _T975 if d <= df)]
+
+
+def power_law(compute: list[float], ne: list[float]) -> dict[str, float]:
+    """Least squares log NE = log a - alpha log C: alpha, its standard error and 95% interval, and a."""
+    x, y = np.log(np.asarray(compute)), np.log(np.asarray(ne))
+    design = np.stack([np.ones_like(x), x], axis=1)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual = y - design @ coef
+    df = len(x) - 2
+    se = math.sqrt(float(residual @ residual) / df * float(np.linalg.inv(design.T @ design)[1, 1])) if df > 0 \
+        else math.inf
+    alpha = -float(coef[1])
+    half = t975(df) * se
+    return {"alpha": alpha, "alpha_se": se, "alpha_low": alpha - half, "alpha_high": alpha + half,
+            "log_a": float(coef[0]), "points": len(x)}
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4.2))
+    for ax, task in zip(axes, TASKS):
+        for arch, runs in results["runs"].items():
+            c = [r["compute"] for r in runs]
+            ne = [r["metrics"][f"{task}/ne"] for r in runs]
+            line = ax.loglog(c, ne, "o", label=arch, alpha=0.8)[0]
+            fit = results["fits"][arch][task]
+            grid = np.geomspace(min(c), max(c), 20)
+            ax.loglog(grid, np.exp(fit["log_a"]) * grid ** -fit["alpha"], "-", color=line.get_color(),
+                      label=f"{arch} fit: alpha {fit['alpha']:.4f} ± {fit['alpha_high'] - fit['alpha']:.4f}")
+        ax.set_xlabel("training compute: dense FLOPs per example × examples")
+        ax.set_ylabel(f"holdout NE ({task})")
+        ax.set_title(f"{task}, {results['preset']}, {EPOCHS} epoch")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--config", help="JSON file of overrides applied to every run")
+    parser.add_argument("--architectures", default=",".join(LADDERS))
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--out", type=Path, help="write the runs and fits as JSON here")
+    parser.add_argument("--plot", type=Path, help="write the log-log plot (PNG) here")
+    args = parser.parse_args(argv)
+    base = GemConfig.load(args.preset, args.config)
+    paths = GemPaths.from_env()
+    examples = paths.table("gold.training_examples")
+    if not (examples / "_delta_log").is_dir():
+        raise SystemExit(f"no {examples}: build the features first (python -m jobs.build_features --preset "
+                         f"{args.preset}, or bench/model_quality.py, which builds them)")
+    data_version = DeltaTable(str(examples)).version()
+    torch.set_num_threads(os.cpu_count() or 1)
+    seen = training_rows(examples, data_version, base.world.holdout_start) * EPOCHS
+    results: dict[str, Any] = {"preset": base.preset, "epochs": EPOCHS, "examples": seen, "runs": {}, "fits": {}}
+    print("| model | size | seed | dense MFLOP / example | examples | compute (FLOP) | ctr NE | cvr NE |")
+    print("|---|---|---|---|---|---|---|---|")
+    for arch in args.architectures.split(","):
+        runs = []
+        for rung in LADDERS[arch]:
+            flops = None
+            for seed in (int(s) for s in args.seeds.split(",")):
+                cfg = rung_config(base, arch, rung, seed)
+                manifest = train(cfg, paths, f"scale-{cfg.preset}-{arch}-{rung}-{cfg.fingerprint}", data_version)
+                flops = flops or dense_flops_per_example(cfg, paths)
+                runs.append({"rung": rung, "seed": seed, "flops_per_example": flops, "examples": seen,
+                             "compute": flops * seen, "metrics": manifest["metrics"]})
+                print(f"| {arch} | {rung} | {seed} | {flops / 1e6:.2f} | {seen:,} | {flops * seen:.3g} | "
+                      f"{manifest['metrics']['ctr/ne']:.4f} | {manifest['metrics']['cvr/ne']:.4f} |", flush=True)
+        results["runs"][arch] = runs
+        results["fits"][arch] = {task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"]
+                                                                                for r in runs]) for task in TASKS}
+    print("\n| model | task | alpha (NE ∝ C^-alpha) | 95% interval | points |\n|---|---|---|---|---|")
+    for arch, fits in results["fits"].items():
+        for task, fit in fits.items():
+            print(f"| {arch} | {task} | {fit['alpha']:.5f} | [{fit['alpha_low']:.5f}, {fit['alpha_high']:.5f}] | "
+                  f"{fit['points']} |")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, sort_keys=True))
+    if args.plot:
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()
