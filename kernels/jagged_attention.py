@@ -284,6 +284,13 @@ def _validate(
     if n_global and window is None:
         raise ValueError(f"n_global={n_global} needs a window: without one every token is already global; "
                          "pass window=<int> or n_global=0")
+    _validate_offsets(offsets, q, max_seq_len)
+
+
+def _validate_offsets(offsets: Tensor, values: Tensor, max_seq_len: int, name: str = "q") -> None:
+    """Check offsets [B+1] against the jagged `values` (argument `name`) they split, and max_seq_len."""
+    if not isinstance(offsets, Tensor):
+        raise ValueError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 0:
         raise ValueError(f"max_seq_len must be an int >= 0 (an upper bound on row lengths), got {max_seq_len!r}")
     if offsets.dtype != torch.int64 or offsets.dim() != 1 or offsets.numel() == 0:
@@ -291,8 +298,9 @@ def _validate(
             f"offsets must be a 1-D int64 tensor [B+1], got dtype={offsets.dtype}, shape={tuple(offsets.shape)}; "
             "build it with torch.tensor(..., dtype=torch.int64) or lengths.cumsum(0) after a leading 0"
         )
-    if offsets.device != q.device:
-        raise ValueError(f"offsets.device={offsets.device} must equal q.device={q.device}; move it with .to(q.device)")
+    if offsets.device != values.device:
+        raise ValueError(f"offsets.device={offsets.device} must equal {name}.device={values.device}; move it with "
+                         f".to({name}.device)")
     lengths = offsets.diff()
     # One read-back for all value checks: a single device sync when offsets live on CUDA.
     summary = torch.stack(
@@ -312,10 +320,9 @@ def _validate(
             f"offsets must be non-decreasing, got offsets[{at}]={int(offsets[at])} > offsets[{at + 1}]="
             f"{int(offsets[at + 1])}; offsets are the cumulative sum of the row lengths"
         )
-    if last != q.shape[0]:
-        raise ValueError(
-            f"offsets[-1]={last} must equal L=q.shape[0]={q.shape[0]}; offsets and q describe different batches"
-        )
+    if last != values.shape[0]:
+        raise ValueError(f"offsets[-1]={last} must equal L={name}.shape[0]={values.shape[0]}; offsets and {name} "
+                         "describe different batches")
     if longest > max_seq_len:
         raise ValueError(
             f"max_seq_len={max_seq_len} is below the longest row ({longest} tokens); pass max_seq_len >= {longest}"

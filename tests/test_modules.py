@@ -10,7 +10,7 @@ from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongCon
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, segment_softmax
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
 from gem_model.modules.sequence import GDPAPersonalizedFFN, SequenceLayer
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
@@ -73,13 +73,6 @@ def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
     assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
 
 
-def test_segment_softmax_normalises_within_each_row():
-    scores, rows = torch.tensor([[1.0], [2.0], [3.0], [50.0]]), torch.tensor([0, 0, 2, 2])
-    out = segment_softmax(scores, rows, 3).squeeze(1)
-    torch.testing.assert_close(out[:2], torch.softmax(torch.tensor([1.0, 2.0]), 0))
-    torch.testing.assert_close(out[2:], torch.softmax(torch.tensor([3.0, 50.0]), 0))
-
-
 def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
     torch.manual_seed(0)
     layer, x = SumKronLinear(n_in=5, n_out=3, d_in=4, d_out=2, rank=2), torch.randn(6, 5, 4)
@@ -90,7 +83,7 @@ def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
 def test_seed_pooling_attends_within_each_row_and_pools_an_empty_row_to_zeros():
     torch.manual_seed(0)
     config = SequenceConfig(dim=8, heads=2, hsp_seeds=10, hsp_tokens=3, hsp_rank=2)
-    hsp = HierarchicalSeedPooling(config, out_dim=6)
+    hsp = HierarchicalSeedPooling(config, out_dim=6, max_len=5)
     tokens, lengths = torch.randn(9, 8), torch.tensor([4, 0, 5])
     out = hsp(tokens, lengths)
     assert out.shape == (3, 3, 6) and torch.equal(out[1], torch.zeros(3, 6))

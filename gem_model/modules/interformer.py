@@ -93,8 +93,13 @@ class InterFormerArch(nn.Module):
                 SequenceLayer(seq, keep, personalised=self.interleaved, context_dim=n * d, attends=not skip)
                 for keep, n, skip in zip(seq.pyramid, n_ins, skips)])
             # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
-            pools = [not (seq.comp_skip and i % 2 == 1) for i in range(n_layers)] if self.interleaved else [True]
-            self.summaries = nn.ModuleList([SequenceSummary(seq, d, pools=p) for p in pools])
+            # A layer's rows leave it at most `keep` tokens long, plus the pooled older ones.
+            if self.interleaved:
+                self.summaries = nn.ModuleList([
+                    SequenceSummary(seq, d, max_len=keep + 1, pools=not (seq.comp_skip and i % 2 == 1))
+                    for i, keep in enumerate(seq.pyramid)])
+            else:
+                self.summaries = nn.ModuleList([SequenceSummary(seq, d, max_len=seq.pyramid[-1] + 1)])
             if self.interleaved:
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:

@@ -70,12 +70,3 @@ def keep_first(values: torch.Tensor, lengths: torch.Tensor,
     dropped_mean = segment_mean(values.index_select(0, dropped), rows[dropped], lengths.numel())
     return values.index_select(0, kept), lengths.clamp(max=k), dropped_mean, lengths > k
 
-
-def segment_softmax(scores: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """Softmax of scores [L, ...] over the tokens of each row (`rows` [L] the row of each token)."""
-    shape = (n_rows, *scores.shape[1:])
-    index = rows.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
-    # Any per-row constant leaves the softmax unchanged, so the max needs no gradient.
-    peak = scores.detach().new_full(shape, float("-inf")).scatter_reduce(0, index, scores.detach(), "amax")
-    e = torch.exp(scores - peak.index_select(0, rows))
-    return e / scores.new_zeros(shape).index_add(0, rows, e).index_select(0, rows)

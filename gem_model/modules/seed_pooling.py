@@ -1,8 +1,8 @@
 """Hierarchical Seed Pooling (Kunlun, arXiv 2602.10016): a behaviour sequence summarised by learned seeds.
 
-Stage one: `hsp_seeds` learned queries, one set shared by every row (the broadcast-query form of
-attention), attend to each row's jagged tokens: [L, Ds] -> [B, S, Ds], with no padding (a softmax over
-each row's tokens, `segment_softmax`). There are more seeds than output tokens, so the pooling is
+Stage one: `hsp_seeds` learned queries, one set shared by every row, attend to each row's jagged tokens:
+[L, Ds] -> [B, S, Ds] through `kernels.seed_attention` (the broadcast-query form of attention: the seeds are
+never copied per row, nothing is padded). There are more seeds than output tokens, so the pooling is
 overcomplete. Stage two: `SumKronLinear` compresses the S seeds to `hsp_tokens` embeddings with a sum of
 `hsp_rank` Kronecker-factored maps, Y_b = sum_i Z_iᵀ X_b W_i. That costs k(S·T + Ds·D) parameters, not
 S·Ds·T·D, and keeps the joint seed-by-dimension structure that separate seed and dimension maps would lose.
@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from gem_model.config import SequenceConfig
-from gem_model.modules.jagged import row_ids, segment_softmax
-
-_SEED_CHUNK = 8  # seeds pooled per step: bounds the [L, chunk, Ds] product held in memory
+from gem_model.modules.jagged import offsets_of
+from kernels.seed_attention import seed_attention
 
 
 class SumKronLinear(nn.Module):
@@ -36,11 +35,12 @@ class SumKronLinear(nn.Module):
 
 
 class HierarchicalSeedPooling(nn.Module):
-    """Jagged tokens [L, Ds] with lengths [B] -> [B, hsp_tokens, out_dim]; an empty row pools to zeros."""
+    """Jagged tokens [L, Ds] with lengths [B] (at most `max_len`) -> [B, hsp_tokens, out_dim]; an empty row
+    pools to zeros."""
 
-    def __init__(self, config: SequenceConfig, out_dim: int) -> None:
+    def __init__(self, config: SequenceConfig, out_dim: int, max_len: int) -> None:
         super().__init__()
-        self.heads, self.n_seeds = config.heads, config.hsp_seeds
+        self.heads, self.n_seeds, self.max_len = config.heads, config.hsp_seeds, max_len
         self.seeds = nn.Parameter(torch.randn(config.hsp_seeds, config.dim) * 0.02)
         self.norm = nn.LayerNorm(config.dim)
         self.q = nn.Linear(config.dim, config.dim)
@@ -50,15 +50,7 @@ class HierarchicalSeedPooling(nn.Module):
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         b, (n_tokens, dim) = lengths.numel(), tokens.shape
         head_dim = dim // self.heads
-        rows = row_ids(lengths)
         k, v = self.kv(self.norm(tokens)).view(n_tokens, 2, self.heads, head_dim).unbind(1)  # [L, H, dh]
-        q = self.q(self.seeds).view(self.n_seeds, self.heads, head_dim)
-        weights = segment_softmax(torch.einsum("lhd,shd->lsh", k, q) / math.sqrt(head_dim), rows, b)  # [L, S, H]
-        pooled = [tokens.new_zeros(b, end - start, self.heads, head_dim).index_add(
-                      0, rows, weights[:, start:end, :, None] * v[:, None])
-                  for start, end in _chunks(self.n_seeds, _SEED_CHUNK)]
-        return self.compress(torch.cat(pooled, dim=1).view(b, self.n_seeds, dim))
-
-
-def _chunks(n: int, size: int) -> list[tuple[int, int]]:
-    return [(start, min(start + size, n)) for start in range(0, n, size)]
+        q = self.q(self.seeds).view(self.n_seeds, self.heads, head_dim).to(k.dtype)
+        pooled = seed_attention(q, k.contiguous(), v.contiguous(), offsets_of(lengths), max_seq_len=self.max_len)
+        return self.compress(pooled.reshape(b, self.n_seeds, dim))

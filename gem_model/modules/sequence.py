@@ -157,15 +157,16 @@ class SequenceSummary(nn.Module):
     """[B, summary_tokens, D] gated summary tokens for the non-sequential side: the CLS outputs projected to
     the embedding dim, with the mean token and the most recent tokens (`summary="mean_recent"`) or with
     Hierarchical Seed Pooling's tokens (`summary="hsp"`). A summary that does not `pool` (a Computation
-    Skip layer that attends) is handed the pooled tokens of the layer before."""
+    Skip layer that attends) is handed the pooled tokens of the layer before. Rows are at most `max_len`
+    tokens long."""
 
-    def __init__(self, config: SequenceConfig, embedding_dim: int, pools: bool = True) -> None:
+    def __init__(self, config: SequenceConfig, embedding_dim: int, max_len: int, pools: bool = True) -> None:
         super().__init__()
         self.kind, self.n_recent = config.summary, config.n_recent
         self.n_tokens = summary_tokens(config)
         self.proj = nn.Linear(config.dim, embedding_dim)
         if self.kind == "hsp":
-            self.hsp = HierarchicalSeedPooling(config, embedding_dim) if pools else None
+            self.hsp = HierarchicalSeedPooling(config, embedding_dim, max_len) if pools else None
             self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
         else:
             self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
