@@ -9,7 +9,7 @@ logits (`jobs.features.world`) and learns every parameter from the training days
 regression with an L2 penalty:
 
 - click: biases per surface, objective and position; a quality per ad; an affinity per
-  (user, category); the fourth-order term's sign (age x format x surface x hour of day); and,
+  (user, category); the fourth-order term's segment (age x format x surface x hour of day); and,
   from the point-in-time sequence, the recency term 0.5^(hours/6) of the last event in the
   target's category and the share of the history in that category;
 - conversion (on clicked rows): a bias per objective, a quality per ad, an affinity per
@@ -47,7 +47,7 @@ from jobs.features.world import (
     Source,
     decayed,
     hours_since_last,
-    interaction_sign,
+    in_segment,
 )
 from jobs.lake import read_table
 from jobs.spark_session import build_spark_session
@@ -70,8 +70,8 @@ def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
     return examples.select(
         "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
         F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
-        interaction_sign(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day"))
-        .cast("double").alias("interaction"),
+        in_segment(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day"))
+        .alias("interaction"),
         decayed(hours_since_last(recent, F.col("ts")), RECENCY_HALF_LIFE_H).alias("recency"),
         decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H).alias("cart"),
         (F.size(same) / F.greatest(F.size("seq_item_ids"), F.lit(1))).alias("share"),

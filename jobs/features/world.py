@@ -15,9 +15,10 @@ The world:
   sequence lengths are heavy-tailed; items follow the user's interests.
 - click probability from user-ad affinity (primary/secondary interest), surface, position, ad
   quality, the ad's popularity trend (drift), the recency of a related event (same category)
-  in the last day, and a fourth-order interaction of the user's age, the ad's format, the
-  surface and the hour of day (`INTERACTION_STRENGTH` times a product of four signs: no lower
-  order of it carries signal, so a model has to cross all four features to find it);
+  in the last day, and a fourth-order interaction: `INTERACTION_STRENGTH` more on the
+  impressions of one segment, where the user's age, the ad's format, the surface and the hour
+  of day each fall in their half at once (a conjunction: part of it shows at every lower order,
+  all of it only to a model that crosses the four features);
   conversion from click, objective, affinity, quality and the recency of an add-to-cart event
   in the ad's category. Carts happen off-site (`CART_SURFACE`) and raise conversions on every
   surface: behaviour on one surface predicts another. The surface mix shifts from the first
@@ -53,13 +54,14 @@ RECENCY_BOOST, RECENCY_HALF_LIFE_H = 1.0, 6.0
 # Conversion logit gained from an add-to-cart in the ad's category, halving every CART_HALF_LIFE_H hours.
 CART_ACTION, CART_SURFACE = "add_to_cart", "offsite"
 CART_BOOST, CART_HALF_LIFE_H = 1.5, 24.0
-# The click logit's fourth-order term: INTERACTION_STRENGTH * age sign * format sign * surface sign * daypart
-# sign. Each table is balanced or nearly, so averaging out any one factor leaves (almost) nothing.
-INTERACTION_STRENGTH = 0.8
-AGE_SIGN = {"18-24": 1, "25-34": 1, "35-44": 1, "45-54": -1, "55-64": -1, "65+": -1}
-FORMAT_SIGN = {"image": 1, "video": -1, "carousel": 1, "collection": -1}
-SURFACE_SIGN = {"feed": 1, "stories": -1, "reels": -1, "messaging": 1, "offsite": 1}
-DAYPART_SIGN = (-1, 1, -1, 1)  # hours 0-5, 6-11, 12-17, 18-23
+# The click logit's fourth-order term: INTERACTION_STRENGTH on the segment where all four hold. With each
+# condition a half of its feature's values, the term is S/16 * prod(1 + s_i) over four signs s_i: every order
+# from one to four carries a part of it (the fourth S/16).
+INTERACTION_STRENGTH = 1.5
+SEGMENT_AGES = ("18-24", "25-34", "35-44")
+SEGMENT_FORMATS = ("video", "carousel")
+SEGMENT_SURFACES = ("stories", "reels")
+SEGMENT_HOURS = (18, 6)  # from 18:00 to 06:00
 POSITION_PENALTY = 0.2  # click logit lost per slot below the first
 _RESOLUTION = 1 << 40
 
@@ -100,11 +102,11 @@ def _sigmoid(x: Column) -> Column:
     return 1.0 / (1.0 + F.exp(-x))
 
 
-def interaction_sign(age_bucket: Column, ad_format: Column, surface: Column, hour: Column) -> Column:
-    """The fourth-order term's sign (+1 or -1) for an impression's age bucket, format, surface and hour."""
-    daypart = F.element_at(F.array(*[F.lit(x) for x in DAYPART_SIGN]), (F.floor(hour / 6) + 1).cast("int"))
-    return (_lookup(AGE_SIGN, age_bucket) * _lookup(FORMAT_SIGN, ad_format) * _lookup(SURFACE_SIGN, surface)
-            * daypart)
+def in_segment(age_bucket: Column, ad_format: Column, surface: Column, hour: Column) -> Column:
+    """1.0 for an impression in the fourth-order term's segment (all four conditions at once), else 0.0."""
+    start, end = SEGMENT_HOURS
+    return (age_bucket.isin(*SEGMENT_AGES) & ad_format.isin(*SEGMENT_FORMATS) & surface.isin(*SEGMENT_SURFACES)
+            & ((hour >= start) | (hour < end))).cast("double")
 
 
 def hours_since_last(events: Column, ts: Column) -> Column:
@@ -314,7 +316,7 @@ class Source:
         carts = F.filter(related, lambda e: e["action"] == CART_ACTION)
         recency = RECENCY_BOOST * decayed(hours_since_last(related, F.col("ts")), RECENCY_HALF_LIFE_H)
         cart = CART_BOOST * decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H)
-        interaction = INTERACTION_STRENGTH * interaction_sign(
+        interaction = INTERACTION_STRENGTH * in_segment(
             self._age_bucket(uid), self._ad_format(aid), F.col("surface"), F.hour("ts"))
         match1 = (category == self._interest(uid, "primary")).cast("double")
         match2 = (category == self._interest(uid, "secondary")).cast("double")
