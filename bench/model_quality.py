@@ -48,6 +48,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-hsp": {"model": {"sequence": {"summary": "hsp"}}},
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
     "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
+    "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
 }
 TASKS = ("ctr", "cvr")
 

@@ -569,6 +569,9 @@ class SequenceConfig:
     and recent tokens by Hierarchical Seed Pooling (`hsp_seeds` learned queries over the row, compressed
     to `hsp_tokens` by a SumKronLinear of rank `hsp_rank`); `comp_skip` skips the self-attention of every
     other layer (the first, third, ...), which then only personalises and summarises its tokens.
+    `keep_by="importance"` allocates the upper layers' compute by event: each layer keeps the tokens a
+    learned score ranks highest instead of the newest (our reading of event-level personalization,
+    which Kunlun describes as compute per event type).
     """
 
     dim: Count = 32
@@ -589,6 +592,7 @@ class SequenceConfig:
     hsp_tokens: Count = 4
     hsp_rank: Count = 4
     comp_skip: bool = False
+    keep_by: Literal["recency", "importance"] = "recency"
 
     def __post_init__(self) -> None:
         _validate(self, "model.sequence")
@@ -820,7 +824,8 @@ LATER_SETTINGS: dict[str, Any] = {
     "data": {"mapping": ""},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
-                     "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False},
+                     "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
+                     "keep_by": "recency"},
         "wukong": {"n_experts": 1},
     },
 }

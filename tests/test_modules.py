@@ -10,7 +10,7 @@ from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongCon
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, sort_within_rows
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
 from gem_model.modules.sequence import GDPAPersonalizedFFN, SequenceLayer
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
@@ -24,7 +24,8 @@ ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": 
              {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},
              {"sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
              {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
-             {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)}]
+             {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
+             {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -116,6 +117,27 @@ def test_wukong_experts_mix_only_their_own_group():
     moved = x.clone()
     moved[:, 4] += 1.0  # the second expert's group
     torch.testing.assert_close(layer(moved)[:, :3], out[:, :3])
+
+
+def test_sort_within_rows_orders_each_row_by_descending_score():
+    order = sort_within_rows(torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7]), torch.tensor([3, 0, 2]))
+    assert order.tolist() == [1, 2, 0, 4, 3]
+
+
+def test_importance_keeps_the_highest_scored_tokens_and_trains_the_scorer():
+    torch.manual_seed(0)
+    layer = SequenceLayer(SequenceConfig(dim=8, heads=2, keep_by="importance"), keep=2, personalised=False)
+    tokens, lengths = torch.randn(5, 8), torch.tensor([5])
+    with torch.no_grad():
+        layer.importance.weight.zero_()
+        layer.importance.bias.zero_()
+        layer.importance.weight[0, 0] = 1.0  # score = the first coordinate
+    kept, kept_lengths = layer._truncate(tokens, lengths)
+    top = tokens[:, 0].argsort(descending=True)
+    torch.testing.assert_close(kept[:2], tokens[top[:2]])
+    torch.testing.assert_close(kept[2], tokens[top[2:]].mean(0))  # the rest pooled into one token
+    kept.sum().backward()
+    assert layer.importance.weight.grad.abs().sum() > 0
 
 
 def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():

@@ -23,7 +23,15 @@ import torch
 from torch import nn
 
 from gem_model.config import FeatureSpec, SequenceConfig
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, offsets_of, row_ids, segment_mean
+from gem_model.modules.jagged import (
+    concat_rows,
+    first_tokens,
+    keep_first,
+    offsets_of,
+    row_ids,
+    segment_mean,
+    sort_within_rows,
+)
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling
 from kernels.jagged_attention import jagged_attention
 from kernels.reference.pt_jagged_attention import POINTWISE
@@ -111,8 +119,9 @@ class GDPAPersonalizedFFN(nn.Module):
 
 class SequenceLayer(nn.Module):
     """One pyramid level: PFFN, CLS tokens appended, jagged attention (unless `attends` is False: Computation
-    Skip), then keep the `keep` newest tokens. `context_dim` is the width of the flattened non-sequential
-    side that a GDPA PFFN reads."""
+    Skip), then keep `keep` tokens: the newest, or with `keep_by="importance"` the highest-scored, so the
+    layers above spend their compute on the events a learned score picks. `context_dim` is the width of the
+    flattened non-sequential side that a GDPA PFFN reads."""
 
     def __init__(self, config: SequenceConfig, keep: int, personalised: bool, context_dim: int = 0,
                  attends: bool = True) -> None:
@@ -123,6 +132,7 @@ class SequenceLayer(nn.Module):
             self.pffn = (GDPAPersonalizedFFN(config, context_dim) if config.pffn == "gdpa"
                          else PersonalizedFFN(config.dim, config.pffn_rank))
         self.block = JaggedAttentionBlock(config) if attends else None
+        self.importance = nn.Linear(config.dim, 1) if config.keep_by == "importance" else None
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor,
                 message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,18 +144,24 @@ class SequenceLayer(nn.Module):
                 raise ValueError("a personalised SequenceLayer needs the non-sequential message")
             tokens = self.pffn(tokens, message, row_ids(lengths))
         if self.block is None:
-            kept, kept_lengths, dropped_mean, pooled = keep_first(tokens, lengths, self.keep)
-            pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))
-            out, out_lengths, _, _ = concat_rows(kept, kept_lengths, pooled_means, pooled.long())
-            return out, out_lengths, cls
+            return *self._truncate(tokens, lengths), cls
         merged, merged_lengths, token_at, cls_at = concat_rows(
             tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
         merged = self.block(merged, merged_lengths, max_len + n_cls, n_global=n_cls)
-        kept, kept_lengths, dropped_mean, pooled = keep_first(merged.index_select(0, token_at), lengths, self.keep)
-        # Older tokens beyond `keep` survive as one mean token at the end of the row.
+        out, out_lengths = self._truncate(merged.index_select(0, token_at), lengths)
+        return out, out_lengths, merged.index_select(0, cls_at).view(b, n_cls, dim)
+
+    def _truncate(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's first `keep` tokens (newest first, or by importance) and one mean token of the rest."""
+        if self.importance is not None:
+            score = self.importance(tokens).squeeze(1)
+            # Straight through: the values stay as they are, and the scorer learns from how each token is used.
+            gated = tokens * (1.0 + score - score.detach()).unsqueeze(1)
+            tokens = gated.index_select(0, sort_within_rows(score.detach(), lengths))
+        kept, kept_lengths, dropped_mean, pooled = keep_first(tokens, lengths, self.keep)
         pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))
         out, out_lengths, _, _ = concat_rows(kept, kept_lengths, pooled_means, pooled.long())
-        return out, out_lengths, merged.index_select(0, cls_at).view(b, n_cls, dim)
+        return out, out_lengths
 
 
 def summary_tokens(config: SequenceConfig) -> int:
