@@ -14,6 +14,7 @@ bucket. The fp32 ground truth is `kernels/reference/pt_jagged_attention.py`.
 from __future__ import annotations
 
 import bisect
+import importlib
 import math
 import os
 from collections.abc import Callable
@@ -205,8 +206,9 @@ def _dense_attention(
     return out.transpose(1, 2)
 
 
-def _import_triton_kernel(q: Tensor) -> Callable[..., Tensor]:
-    """The Triton implementation, imported on first use so that importing this module never imports triton."""
+def _import_triton_kernel(q: Tensor, name: str = "triton_jagged_attention") -> Callable[..., Tensor]:
+    """The Triton implementation `kernels.triton.<name>.<name>`, imported on first use so that importing the
+    entry points never imports triton."""
     interpret = os.environ.get("TRITON_INTERPRET")
     if not q.is_cuda and interpret != "1":
         raise ValueError(
@@ -226,7 +228,7 @@ def _import_triton_kernel(q: Tensor) -> Callable[..., Tensor]:
             "pass kernel='pytorch' or split the heads"
         )
     try:
-        from kernels.triton import triton_jagged_attention as module
+        module = importlib.import_module(f"kernels.triton.{name}")
     except ImportError as error:
         raise ImportError(
             "kernel='triton' needs the triton package (pinned in pyproject.toml: pip install triton==3.7.1); "
@@ -234,11 +236,11 @@ def _import_triton_kernel(q: Tensor) -> Callable[..., Tensor]:
         ) from error
     if not q.is_cuda and not module._is_interpreted():
         raise ValueError(
-            "kernel='triton' got CPU tensors, but kernels.triton.triton_jagged_attention was imported before "
+            f"kernel='triton' got CPU tensors, but kernels.triton.{name} was imported before "
             "TRITON_INTERPRET=1 was set, so its kernels are compiled for GPU; set TRITON_INTERPRET=1 before "
             "anything imports triton, or pass kernel='pytorch'"
         )
-    return module.triton_jagged_attention
+    return getattr(module, name)
 
 
 def _validate(

@@ -48,9 +48,7 @@ def seed_attention(
     _validate_offsets(offsets, k, max_seq_len, name="k")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if kernel == "triton" or (kernel == "auto" and q.is_cuda):
-        _import_triton_kernel(q)  # the same checks (device, interpreter, dtype) as the self-attention kernel
-        from kernels.triton.triton_seed_attention import triton_seed_attention
-
+        triton_seed_attention = _import_triton_kernel(q, "triton_seed_attention")
         return triton_seed_attention(q, k, v, offsets, max_seq_len=max_seq_len, activation=activation, scale=scale)
     return _segment_seed_attention(q, k, v, offsets, activation=activation, scale=scale)
 

@@ -20,10 +20,13 @@ from torch import Tensor
 from kernels.triton.triton_jagged_attention import (
     ACTIVATION_CODES,
     _fwd_update,
+    _is_interpreted,
     _launch_config,
     _pointwise,
     _pointwise_grad,
 )
+
+__all__ = ["_is_interpreted", "triton_seed_attention"]  # _is_interpreted: the entry point's import check
 
 
 @triton.jit
