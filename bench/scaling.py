@@ -105,6 +105,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4.2))
     for ax, task in zip(axes, TASKS):
@@ -116,6 +117,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             grid = np.geomspace(min(c), max(c), 20)
             ax.loglog(grid, np.exp(fit["log_a"]) * grid ** -fit["alpha"], "-", color=line.get_color(),
                       label=f"{arch} fit: alpha {fit['alpha']:.4f} ± {fit['alpha_high'] - fit['alpha']:.4f}")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(matplotlib.ticker.FormatStrFormatter("%.3f"))  # NE spans a few percent: plain decimals
         ax.set_xlabel("training compute: dense FLOPs per example × examples")
         ax.set_ylabel(f"holdout NE ({task})")
         ax.set_title(f"{task}, {results['preset']}, {EPOCHS} epoch")
