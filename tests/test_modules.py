@@ -70,8 +70,9 @@ def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
     config = SequenceConfig(dim=8, heads=2, n_cls=2)
     layer = SequenceLayer(config, keep=3, personalised=True)
     lengths = torch.tensor([0, 2, 3, 7])
-    tokens, out_lengths, cls_out = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
+    tokens, out_lengths, cls_out, level = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
     assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
+    assert level.shape == (12, 8)  # every token before the truncation: what seed pooling reads
 
 
 def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
@@ -144,8 +145,10 @@ def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
     config = SequenceConfig(dim=8, heads=2, n_cls=2, summary="hsp", comp_skip=True)
     layer = SequenceLayer(config, keep=3, personalised=False, attends=False)
     cls = torch.randn(2, 2, 8)
-    tokens, lengths, cls_out = layer(torch.randn(9, 8), torch.tensor([2, 7]), 7, cls, None)
+    level = torch.randn(9, 8)
+    tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
     assert lengths.tolist() == [2, 4] and tokens.shape == (6, 8) and torch.equal(cls_out, cls)
+    assert torch.equal(out_level, level)
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:

@@ -93,13 +93,12 @@ class InterFormerArch(nn.Module):
                 SequenceLayer(seq, keep, personalised=self.interleaved, context_dim=n * d, attends=not skip)
                 for keep, n, skip in zip(seq.pyramid, n_ins, skips)])
             # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
-            # A layer's rows leave it at most `keep` tokens long, plus the pooled older ones.
             if self.interleaved:
                 self.summaries = nn.ModuleList([
-                    SequenceSummary(seq, d, max_len=keep + 1, pools=not (seq.comp_skip and i % 2 == 1))
-                    for i, keep in enumerate(seq.pyramid)])
+                    SequenceSummary(seq, d, max_len=n, pools=not (seq.comp_skip and i % 2 == 1))
+                    for i, n in enumerate(self.max_lengths)])
             else:
-                self.summaries = nn.ModuleList([SequenceSummary(seq, d, max_len=seq.pyramid[-1] + 1)])
+                self.summaries = nn.ModuleList([SequenceSummary(seq, d, max_len=self.max_lengths[-1])])
             if self.interleaved:
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:
@@ -121,12 +120,13 @@ class InterFormerArch(nn.Module):
                 cls, message = self.messages[i](x)
             else:
                 cls, message = self.cls.expand(b, -1, -1), None
-            tokens, lengths, cls_out = seq_layer(tokens, lengths, self.max_lengths[i], cls, message)
+            level_lengths = lengths
+            tokens, lengths, cls_out, level = seq_layer(tokens, lengths, self.max_lengths[i], cls, message)
             if self.interleaved:
-                summary, pooled = self.summaries[i](tokens, lengths, cls_out, pooled)
+                summary, pooled = self.summaries[i](tokens, lengths, cls_out, level, level_lengths, pooled)
                 x = self.interaction[i](torch.cat([x, summary], dim=1))
         if not self.interleaved:
             for layer in self.interaction:
                 x = layer(x)
-            summary, _ = self.summaries[0](tokens, lengths, cls_out)
+            summary, _ = self.summaries[0](tokens, lengths, cls_out, level, level_lengths)
         return torch.cat([x.flatten(1), summary.flatten(1)], dim=1)

@@ -135,21 +135,22 @@ class SequenceLayer(nn.Module):
         self.importance = nn.Linear(config.dim, 1) if config.keep_by == "importance" else None
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor,
-                message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens [L, Ds], lengths [B], cls [B, C, Ds], message (the PFFN's gate [B, r] or context [B, C']) ->
-        (tokens', lengths', cls_out [B, C, Ds]); a layer that skips attention returns its CLS tokens as they came."""
+        (tokens' [L', Ds], lengths', cls_out [B, C, Ds], the level: every token before the truncation [L, Ds]); a
+        layer that skips attention returns its CLS tokens as they came."""
         b, n_cls, dim = cls.shape
         if self.pffn is not None:
             if message is None:
                 raise ValueError("a personalised SequenceLayer needs the non-sequential message")
             tokens = self.pffn(tokens, message, row_ids(lengths))
         if self.block is None:
-            return *self._truncate(tokens, lengths), cls
+            return *self._truncate(tokens, lengths), cls, tokens
         merged, merged_lengths, token_at, cls_at = concat_rows(
             tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
         merged = self.block(merged, merged_lengths, max_len + n_cls, n_global=n_cls)
-        out, out_lengths = self._truncate(merged.index_select(0, token_at), lengths)
-        return out, out_lengths, merged.index_select(0, cls_at).view(b, n_cls, dim)
+        level = merged.index_select(0, token_at)
+        return *self._truncate(level, lengths), merged.index_select(0, cls_at).view(b, n_cls, dim), level
 
     def _truncate(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's first `keep` tokens (newest first, or by importance) and one mean token of the rest."""
@@ -172,9 +173,9 @@ def summary_tokens(config: SequenceConfig) -> int:
 class SequenceSummary(nn.Module):
     """[B, summary_tokens, D] gated summary tokens for the non-sequential side: the CLS outputs projected to
     the embedding dim, with the mean token and the most recent tokens (`summary="mean_recent"`) or with
-    Hierarchical Seed Pooling's tokens (`summary="hsp"`). A summary that does not `pool` (a Computation
-    Skip layer that attends) is handed the pooled tokens of the layer before. Rows are at most `max_len`
-    tokens long."""
+    Hierarchical Seed Pooling's tokens (`summary="hsp"`), which pool the layer's whole level, every token
+    before the pyramid truncates it (rows of at most `max_len` tokens). A summary that does not `pool` (a
+    Computation Skip layer that attends) is handed the pooled tokens of the layer before."""
 
     def __init__(self, config: SequenceConfig, embedding_dim: int, max_len: int, pools: bool = True) -> None:
         super().__init__()
@@ -187,12 +188,14 @@ class SequenceSummary(nn.Module):
         else:
             self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, cls_out: torch.Tensor,
-                pooled: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """-> (summary [B, n_tokens, D], the HSP tokens [B, T, D] for a later layer to reuse, or None)."""
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, cls_out: torch.Tensor, level: torch.Tensor,
+                level_lengths: torch.Tensor, pooled: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer's output tokens [L', Ds] (lengths [B]), CLS outputs and level [L, Ds] (level_lengths [B]) ->
+        (summary [B, n_tokens, D], the HSP tokens [B, T, D] for a later layer to reuse, or None)."""
         if self.kind == "hsp":
             if self.hsp is not None:
-                pooled = self.hsp(tokens, lengths)
+                pooled = self.hsp(level, level_lengths)
             elif pooled is None:
                 raise ValueError("a SequenceSummary that does not pool needs the pooled tokens of the layer before")
             parts = torch.cat([self.proj(cls_out), pooled], dim=1)  # [B, n_tokens, D]
