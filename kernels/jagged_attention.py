@@ -119,7 +119,7 @@ def _bucketed_jagged_attention(
     q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, mask: _Mask, activation: str, scale: float
 ) -> Tensor:
     """Rows sorted by length, dense attention per bucket of similar lengths [b, H, n, Dh], scattered back to [L]."""
-    buckets = _length_buckets(offsets)
+    buckets = length_buckets(offsets)
     if not buckets:  # L == 0: an empty result that still has a grad_fn to q, k and v
         return (q + k + v) * 0
     # One gather of every bucket's padded tokens and one gather back. index_select, not t[index]: on CPU
@@ -160,8 +160,9 @@ class _GatherPadded(torch.autograd.Function):
         return grad.index_select(0, source), None, None
 
 
-def _length_buckets(offsets: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+def length_buckets(offsets: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Buckets of non-empty rows of similar lengths: (token index [b, n], valid [b, n], lengths [b]), on CPU.
+    Also how the sequence arch batches other per-row work over jagged rows (`GDPAPersonalizedFFN`).
 
     Padding slots of a row re-read its first token; their outputs are discarded and get no gradient.
     """

@@ -101,7 +101,7 @@ def test_gdpa_pffn_is_a_per_row_two_layer_ffn_made_from_the_context():
     config = SequenceConfig(dim=8, heads=2, pffn_kv=3, pffn_activation="relu2")
     pffn = GDPAPersonalizedFFN(config, context_dim=5)
     x, context, rows = torch.randn(7, 8), torch.randn(2, 5), torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    out = pffn(x, context, rows)
+    out = pffn(x, context, torch.tensor([3, 4]))
     for t in range(7):
         k, v = pffn.kv(context[rows[t]]).view(2, 3, 2, 4).unbind(0)  # [n_kv, H, dh]
         q = pffn.q(pffn.norm(x[t])).view(2, 4)
