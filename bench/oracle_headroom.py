@@ -2,12 +2,11 @@
 
     GEM_HOME=/tmp/gem-small python bench/oracle_headroom.py --preset small
 
-The synthetic world's true click logit has two terms no feature of the FeatureSpec reveals: the
+The synthetic world's true click logit has one term no feature of the FeatureSpec reveals: the
 ad's trend drift on the day (a static model, trained on earlier days, has no clock: the best it
-can learn is the ad's mean drift over the training days) and the impression's position (not a
-model feature). Replacing them in the true logit by what a perfect static model could know gives
-the oracle restricted to the features; the gap between a model and this restricted oracle is what
-a better model could still close.
+can learn is the ad's mean drift over the training days). Replacing it in the true logit by what a
+perfect static model could know gives the oracle restricted to the features. The rows without the
+position term show what the logged slot (a feature since issue 13) is worth to the oracle.
 """
 
 from __future__ import annotations
