@@ -6,7 +6,7 @@ The synthetic world's true click logit has one term no feature of the FeatureSpe
 ad's trend drift on the day (a static model, trained on earlier days, has no clock: the best it
 can learn is the ad's mean drift over the training days). Replacing it in the true logit by what a
 perfect static model could know gives the oracle restricted to the features. The rows without the
-position term show what the logged slot (a feature since issue 13) is worth to the oracle.
+position term show what the logged slot (a context feature since commit 5dd7a93) is worth to the oracle.
 """
 
 from __future__ import annotations
