@@ -56,6 +56,15 @@ def _pointwise_grad(x, ACT: tl.constexpr):
 
 
 @triton.jit
+def _program_row(Offsets, H):
+    """(row b, head h, the row's first token, its length n) of the program on grid axis 0 (B * H)."""
+    pid_bh = tl.program_id(0)
+    b = pid_bh // H
+    row_start = tl.load(Offsets + b)
+    return b, pid_bh % H, row_start, (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+
+
+@triton.jit
 def _allowed(q_idx, k_idx, n, window, n_global, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr):
     """May query q_idx attend to key k_idx (broadcast index tensors of one row of n tokens)."""
     allowed = (q_idx < n) & (k_idx < n)
@@ -97,11 +106,7 @@ def _jagged_attention_fwd(
     BLOCK_D: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     # Pointers to token 0 of this row, head h; tiles add token offsets (the head dim is contiguous).
     q_base = Q + row_start * stride_qt + h * stride_qh
     k_base = K + row_start * stride_kt + h * stride_kh
@@ -228,11 +233,7 @@ def _jagged_attention_bwd_dkdv(
     BLOCK_D: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     # Pointers to token 0 of this row, head h; tiles add token offsets (the head dim is contiguous).
     q_base = Q + row_start * stride_qt + h * stride_qh
     k_base = K + row_start * stride_kt + h * stride_kh
@@ -321,11 +322,7 @@ def _jagged_attention_bwd_dq(
     BLOCK_D: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     # Pointers to token 0 of this row, head h; tiles add token offsets (the head dim is contiguous).
     q_base = Q + row_start * stride_qt + h * stride_qh
     k_base = K + row_start * stride_kt + h * stride_kh

@@ -24,6 +24,7 @@ from kernels.triton.triton_jagged_attention import (
     _launch_config,
     _pointwise,
     _pointwise_grad,
+    _program_row,
 )
 
 __all__ = ["_is_interpreted", "triton_seed_attention"]  # _is_interpreted: the entry point's import check
@@ -37,11 +38,7 @@ def _seed_attention_fwd(
     ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     k_base = K + row_start * stride_kt + h * stride_kh
     v_base = V + row_start * stride_vt + h * stride_vh
     seeds = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -80,11 +77,7 @@ def _seed_attention_bwd_dkdv(
     ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     start_n = tl.program_id(1) * BLOCK_N
     if start_n < n:
         cols = start_n + tl.arange(0, BLOCK_N)
@@ -136,11 +129,7 @@ def _seed_attention_bwd_dq(
     INPUT_PRECISION: tl.constexpr,
 ):
     """dQ of one row's seed tile into DQ [B, S, H, Dh]: the caller sums it over the rows."""
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    row_start = tl.load(Offsets + b)
-    n = (tl.load(Offsets + b + 1) - row_start).to(tl.int32)
+    b, h, row_start, n = _program_row(Offsets, H)
     seeds = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
