@@ -2,6 +2,7 @@
 
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 \
         --out docs/scaling.json --plot docs/scaling.png
+    GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs xs,s,m
 
 Each architecture climbs a ladder of sizes (`LADDERS`: overrides that widen its dense arches together;
 the sparse tables and the data stay the same). Each (architecture, size, seed) is trained for one epoch
@@ -11,7 +12,8 @@ is read back, not retrained. Training compute C = dense FLOPs of one training st
 (forward + backward; `bench/train_throughput.py`'s count, embedding lookups excluded) x examples
 seen. Per architecture and task, least squares over every run fits log NE = log a - alpha log C; alpha
 is the power-law exponent (steeper = larger) and its 95% interval uses Student's t on the fit's
-standard error. The plot shows NE against C on log-log axes with each fit.
+standard error. The plot shows NE against C on log-log axes with each fit. `--rungs` fits a part of
+the ladder (the second command: below its largest rung) from the same runs.
 """
 
 from __future__ import annotations
@@ -133,9 +135,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="JSON file of overrides applied to every run")
     parser.add_argument("--architectures", default=",".join(LADDERS))
     parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--rungs", default=",".join(LADDERS["gem"]),
+                        help="the sizes to train and fit, e.g. xs,s,m to fit the ladder below its largest rung")
     parser.add_argument("--out", type=Path, help="write the runs and fits as JSON here")
     parser.add_argument("--plot", type=Path, help="write the log-log plot (PNG) here")
     args = parser.parse_args(argv)
+    unknown = set(args.rungs.split(",")) - set(LADDERS["gem"])
+    if unknown:
+        parser.error(f"--rungs: unknown sizes {sorted(unknown)}; choose from {','.join(LADDERS['gem'])}")
     base = GemConfig.load(args.preset, args.config)
     paths = GemPaths.from_env()
     examples = paths.table("gold.training_examples")
@@ -150,14 +157,15 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for arch in args.architectures.split(","):
         runs = []
-        for rung in LADDERS[arch]:
+        for rung in args.rungs.split(","):
             flops = None
             for seed in (int(s) for s in args.seeds.split(",")):
                 cfg = rung_config(base, arch, rung, seed)
                 manifest = train(cfg, paths, f"scale-{cfg.preset}-{arch}-{rung}-{cfg.fingerprint}", data_version)
                 flops = flops or dense_flops_per_example(cfg, paths)
+                overall = {k: v for k, v in manifest["metrics"].items() if k.split("/")[0] in TASKS}
                 runs.append({"rung": rung, "seed": seed, "flops_per_example": flops, "examples": seen,
-                             "compute": flops * seen, "metrics": manifest["metrics"]})
+                             "compute": flops * seen, "metrics": overall})
                 print(f"| {arch} | {rung} | {seed} | {flops / 1e6:.2f} | {seen:,} | {flops * seen:.3g} | "
                       f"{manifest['metrics']['ctr/ne']:.4f} | {manifest['metrics']['cvr/ne']:.4f} |", flush=True)
         results["runs"][arch] = runs

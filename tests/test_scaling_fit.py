@@ -28,3 +28,10 @@ def test_plot_writes_a_png(tmp_path):
             for task in scaling.TASKS}
     scaling.plot({"preset": "tiny", "runs": {"gem": runs}, "fits": {"gem": fits}}, tmp_path / "s.png")
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_unknown_size_is_refused_with_the_sizes_to_choose_from(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        scaling.main(["--rungs", "s,xl"])
+    assert exit_.value.code == 2
+    assert "--rungs: unknown sizes ['xl']; choose from xs,s,m,l" in capsys.readouterr().err
