@@ -128,7 +128,10 @@ def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_p
 
     cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1},
                                "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}})
-    real = data_dir(GemConfig.from_dict({"data": {"source": "criteo"}})) / FOLDER
+    try:
+        real = data_dir(GemConfig.from_dict({"data": {"source": "criteo"}})) / FOLDER
+    except FileNotFoundError as missing:  # no ../shared/data beside this checkout and no GEM_DATA_DIR
+        pytest.skip(str(missing))
     if not real.is_dir():
         pytest.skip(f"{real} is absent")
     copy = tmp_path / "data" / FOLDER
