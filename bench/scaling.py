@@ -62,6 +62,7 @@ LADDERS: dict[str, dict[str, dict[str, Any]]] = {
         "l": {"shared_dims": [1024, 1024, 512], "dcn_layers": 6, "dcn_rank": 64},
     },
 }
+RUNGS = tuple(LADDERS["gem"])  # every ladder has the same sizes
 # Student's t 97.5% quantiles by degrees of freedom (beyond the table, the normal's 1.96 is close enough).
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 18: 2.101, 20: 2.086, 25: 2.060,
@@ -135,14 +136,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="JSON file of overrides applied to every run")
     parser.add_argument("--architectures", default=",".join(LADDERS))
     parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--rungs", default=",".join(LADDERS["gem"]),
+    parser.add_argument("--rungs", default=",".join(RUNGS),
                         help="the sizes to train and fit, e.g. xs,s,m to fit the ladder below its largest rung")
     parser.add_argument("--out", type=Path, help="write the runs and fits as JSON here")
     parser.add_argument("--plot", type=Path, help="write the log-log plot (PNG) here")
     args = parser.parse_args(argv)
-    unknown = set(args.rungs.split(",")) - set(LADDERS["gem"])
-    if unknown:
-        parser.error(f"--rungs: unknown sizes {sorted(unknown)}; choose from {','.join(LADDERS['gem'])}")
+    rungs = args.rungs.split(",")
+    if unknown := set(rungs) - set(RUNGS):
+        parser.error(f"--rungs: unknown sizes {sorted(unknown)}; choose from {','.join(RUNGS)}")
     base = GemConfig.load(args.preset, args.config)
     paths = GemPaths.from_env()
     examples = paths.table("gold.training_examples")
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for arch in args.architectures.split(","):
         runs = []
-        for rung in args.rungs.split(","):
+        for rung in rungs:
             flops = None
             for seed in (int(s) for s in args.seeds.split(",")):
                 cfg = rung_config(base, arch, rung, seed)
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
                 runs.append({"rung": rung, "seed": seed, "flops_per_example": flops, "examples": seen,
                              "compute": flops * seen, "metrics": overall})
                 print(f"| {arch} | {rung} | {seed} | {flops / 1e6:.2f} | {seen:,} | {flops * seen:.3g} | "
-                      f"{manifest['metrics']['ctr/ne']:.4f} | {manifest['metrics']['cvr/ne']:.4f} |", flush=True)
+                      f"{overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |", flush=True)
         results["runs"][arch] = runs
         results["fits"][arch] = {task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"]
                                                                                 for r in runs]) for task in TASKS}

@@ -13,6 +13,17 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
 
 
+def real_data_root() -> Path:
+    """The real datasets' folder (`jobs.sources.data_dir`); skips the calling test, or module, where it is absent."""
+    from gem_model.config import GemConfig
+    from jobs.sources import data_dir
+
+    try:
+        return data_dir(GemConfig())
+    except FileNotFoundError as missing:
+        pytest.skip(f"real datasets are not on this machine: {missing}", allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from jobs.spark_session import build_spark_session

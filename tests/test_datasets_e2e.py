@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 from dagster_project.definitions import build_definitions
 from dagster_project.demo import in_process, instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
-from gem_model.config import DATA_SOURCES, DATASET_CONFIGS, FeatureSpec, GemConfig
+from gem_model.config import DATA_SOURCES, DATASET_CONFIGS, FeatureSpec
 from jobs.lake import read_table
-from jobs.sources import build_source, data_dir, dataset_folder
+from jobs.sources import build_source, dataset_folder
+from tests.conftest import real_data_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
 OVERRIDES = {"world": {"n_days": 2, "holdout_days": 1}}
@@ -27,10 +28,7 @@ OVERRIDES = {"world": {"n_days": 2, "holdout_days": 1}}
 REAL = [s for s in DATA_SOURCES if s not in ("synthetic", "mapping")]
 MAX_LINES = 2_000
 
-try:
-    data_dir(GemConfig())
-except FileNotFoundError as missing:
-    pytest.skip(f"real datasets not available: {missing}", allow_module_level=True)
+ROOT = real_data_root()
 
 
 def _head_copy(source: Path, target: Path) -> None:
@@ -54,7 +52,7 @@ def _count(spark, lake, table, where=None):
 @pytest.mark.parametrize("source", REAL)
 def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     folder = dataset_folder(source)
-    _head_copy(data_dir(GemConfig()) / folder, tmp_path / "data" / folder)
+    _head_copy(ROOT / folder, tmp_path / "data" / folder)
     # A dataset with a model config of its own (its fields as features) runs with it.
     shipped = DATASET_CONFIGS / f"{source}.json"
     own = json.loads(shipped.read_text()) if shipped.is_file() else {}

@@ -11,6 +11,7 @@ from jobs.features import bronze
 from jobs.features.bronze import IncompleteLandingError, land, read_journal, require_landed
 from jobs.lake import RowDropError, SchemaChangeError, WritePolicy, read_table, table_version
 from jobs.locks import PartitionBusyError, partition_lock
+from tests.conftest import real_data_root
 
 pytestmark = pytest.mark.spark
 DS = date(2026, 11, 3)
@@ -123,15 +124,11 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
 def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_path):
     """The observed case: a real source's files truncated to their headers, landed again over good data."""
     from jobs.features.build import land_bronze
-    from jobs.sources import data_dir
     from jobs.sources.criteo import FILES, FOLDER
 
     cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1},
                                "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}})
-    try:
-        real = data_dir(GemConfig.from_dict({"data": {"source": "criteo"}})) / FOLDER
-    except FileNotFoundError as missing:  # no ../shared/data beside this checkout and no GEM_DATA_DIR
-        pytest.skip(str(missing))
+    real = real_data_root() / FOLDER
     if not real.is_dir():
         pytest.skip(f"{real} is absent")
     copy = tmp_path / "data" / FOLDER

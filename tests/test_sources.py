@@ -26,13 +26,11 @@ from gem_model.paths import GemPaths
 from jobs.features.bronze import Landing
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
-from jobs.sources import MODULES, Source, data_dir
+from jobs.sources import MODULES, Source
 from jobs.sources.lines import SourceFormatError
+from tests.conftest import real_data_root
 
-try:
-    ROOT = data_dir(GemConfig())
-except FileNotFoundError as missing:
-    pytest.skip(f"real datasets are not on this machine: {missing}", allow_module_level=True)
+ROOT = real_data_root()
 
 pytestmark = pytest.mark.spark
 
