@@ -274,10 +274,13 @@ def test_a_partition_materialised_from_the_asset_page_succeeds_and_shows_its_met
         assert metadata["path"] == str(table)
 
         browser.get(f"{ui.url}/assets/bronze/events")
-        _wait(browser, EC.text_to_be_present_in_element((By.TAG_NAME, "body"), "Row count"))
-        page = browser.find_element(By.TAG_NAME, "body").text
+        # The page fills its panels from separate queries: wait for the partition too, not only the row count.
+        def _body(b) -> str:
+            return b.find_element(By.TAG_NAME, "body").text
+        _wait(browser, lambda b: "Row count" in (text := _body(b)) and day in text,
+              message=f"the asset page shows the row count and the latest materialisation's partition {day}")
+        page = _body(browser)
         assert "Never materialized" not in page
-        assert day in page  # the latest materialisation's partition
         assert f"Row count\n{rows:,}" in page
         for label, value in (("table_rows", str(rows)), ("path", str(table))):
             assert label in page and value in page, f"{label} = {value} is not on the asset page"
