@@ -38,8 +38,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dcnv2": {"model": {"architecture": "dcnv2"}},
     # Logistic regression: no retrieval loss either, so nothing but the logits shapes its weights.
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
-    # Wukong in place of the default's MLP layers (its ablation took it out of the default).
-    "gem-wukong": {"model": {"use_wukong": True}},
+    "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
     "gem-no-interleaving": {"model": {"interleave": False}},
     # Kunlun's parts (issue 16), one at a time over the default.
@@ -48,7 +47,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-gdpa-pffn": {"model": {"sequence": {"pffn": "gdpa"}}},
     "gem-hsp": {"model": {"sequence": {"summary": "hsp"}}},
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
-    "gem-wukong-experts2": {"model": {"use_wukong": True, "wukong": {"n_experts": 2}}},
+    "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
     "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
 }
 TASKS = ("ctr", "cvr")

@@ -39,15 +39,14 @@ from gem_model.paths import GemPaths
 EPOCHS = 1
 TASKS = ("ctr", "cvr")
 # Each rung widens the dense arches together; the middle GEM rung and DLRM's/DCN-V2's second are the defaults.
-# GEM's interaction layers are MLPs (no Wukong): `wukong`'s n_fm + n_lc embeddings out, `mlp_dims` hidden.
 LADDERS: dict[str, dict[str, dict[str, Any]]] = {
     "gem": {
-        "xs": {"shared_dims": [64, 32], "wukong": {"n_fm": 4, "n_lc": 4, "mlp_dims": [64]},
+        "xs": {"shared_dims": [64, 32], "wukong": {"n_fm": 4, "n_lc": 4, "rank": 4, "mlp_dims": [64]},
                "sequence": {"dim": 16}},
         "s": {},
-        "m": {"shared_dims": [256, 128], "wukong": {"n_fm": 16, "n_lc": 16, "mlp_dims": [256]},
+        "m": {"shared_dims": [256, 128], "wukong": {"n_fm": 16, "n_lc": 16, "rank": 16, "mlp_dims": [256]},
               "sequence": {"dim": 48}},
-        "l": {"shared_dims": [512, 256], "wukong": {"n_fm": 32, "n_lc": 32, "mlp_dims": [512]},
+        "l": {"shared_dims": [512, 256], "wukong": {"n_fm": 32, "n_lc": 32, "rank": 16, "mlp_dims": [512]},
               "sequence": {"dim": 64}},
     },
     "dlrm": {

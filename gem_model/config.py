@@ -611,9 +611,8 @@ class ModelConfig:
     All share the sparse arch and the representation heads (user/ad towers -> `repr_dim` unit
     vectors); gem, dlrm and dcnv2 also the multi-surface multi-task heads (`shared_dims`, then
     per-surface `surface_dims`) and differ in the interaction arch; `lr` (logistic regression) is one
-    linear map of the feature embeddings to the logits. GEM's interaction layers are MLPs shaped by
-    `wukong` (n_fm + n_lc output embeddings, `mlp_dims` hidden) unless `use_wukong`; `use_sequence`
-    and `interleave` switch its other parts off for ablations (see gem_model.models.gem).
+    linear map of the feature embeddings to the logits. `use_wukong`, `use_sequence` and
+    `interleave` switch GEM's parts off for ablations (see gem_model.models.gem).
     """
 
     architecture: str = "gem"
@@ -627,8 +626,7 @@ class ModelConfig:
     tasks: tuple[str, ...] = TASKS
     wukong: WukongConfig = field(default_factory=WukongConfig)
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
-    # Off by its ablation (docs/MODEL.md): MLP layers of the same shapes did as well on the world built for it.
-    use_wukong: bool = False
+    use_wukong: bool = True
     use_sequence: bool = True
     interleave: bool = True
     dcn_layers: Count = 3

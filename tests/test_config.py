@@ -21,8 +21,8 @@ from gem_model.config import (
 )
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
-# change these: last, issue 16's MLP interaction layers in place of Wukong (`model.use_wukong` off).
-PRESET_FINGERPRINTS = {"tiny": "56bac55483", "small": "556189b197", "medium": "dfc6d0c9c4"}
+# change these: last, issue 16's `hour_of_day` context feature.
+PRESET_FINGERPRINTS = {"tiny": "6658a93a2f", "small": "9d0ce1feb1", "medium": "193e2d70d1"}
 
 
 def test_presets_round_trip_through_json():

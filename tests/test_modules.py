@@ -18,13 +18,13 @@ from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
-ABLATIONS = [{}, {"use_wukong": True}, {"interleave": False}, {"use_sequence": False},
+ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False},
              # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights; the PFFN
              # as GDPA with seed pooling; Computation Skip (which needs seed pooling); Wukong experts.
              {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},
              {"sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
              {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
-             {"use_wukong": True, "wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
+             {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
              {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")}]
 
 

@@ -1,21 +1,20 @@
-"""InterFormerArch: GEM's interaction arch, the non-sequential layers and the sequence pyramid interleaved.
+"""InterFormerArch: GEM's interaction arch, Wukong and the sequence pyramid interleaved.
 
-Following InterFormer (Zeng et al., arXiv 2411.09852), the non-sequential arch (MLP layers over the
-feature embeddings, or Wukong's with `use_wukong`) and the sequence arch (the jagged attention
-pyramid) exchange summaries at every layer instead of meeting once at the top:
+Following InterFormer (Zeng et al., arXiv 2411.09852), the non-sequential arch (Wukong layers
+over the feature embeddings) and the sequence arch (the jagged attention pyramid) exchange
+summaries at every layer instead of meeting once at the top:
 
     layer i:  cls_i, m_i = NonSeqSummary_i(X_i)               # X_i [B, n_i, D]; m_i the PFFN's message
               S_{i+1}, c_i = SequenceLayer_i(S_i, cls_i, m_i)    # S jagged [L_i, Ds]
               s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
-              X_{i+1} = Interaction_i(concat(X_i, s_i))          # MLPLayer, or a Wukong layer
+              X_{i+1} = Wukong_i(concat(X_i, s_i))
 
-The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_wukong=True` swaps
-each MLP layer for a Wukong layer of the same output shape (its ablation took Wukong out of the
-default, docs/MODEL.md); `interleave=False` runs the pyramid with learned CLS tokens and no
-personalisation, and joins its summary only at the top; `use_sequence=False` drops the pyramid and
-adds the mean-pooled sequence as one more embedding. Kunlun's parts (`SequenceConfig.pffn`,
-`summary`, `window`, `comp_skip`; `WukongConfig.n_experts`) are switched on by config, each off by
-default until an ablation shows it pays (docs/MODEL.md).
+The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_wukong=False`
+swaps each Wukong layer for an MLP layer of the same output shape; `interleave=False` runs the
+pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
+`use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
+Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
+are switched on by config, each off by default until an ablation shows it pays (docs/MODEL.md).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from gem_model.modules.wukong import wukong_layer
 
 
 class MLPLayer(nn.Module):
-    """The default interaction layer (`use_wukong=False`): LN(MLP(flatten X) + residual), n_in -> n_out embeddings."""
+    """The `use_wukong=False` stand-in: LN(MLP(flatten X) + residual), n_in -> n_out embeddings."""
 
     def __init__(self, n_in: int, n_out: int, dim: int, hidden: tuple[int, ...]) -> None:
         super().__init__()
