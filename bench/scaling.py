@@ -1,5 +1,7 @@
 """Holdout NE against training compute for GEM, DLRM and DCN-V2 at several sizes: the scaling study.
 
+`gem-mlp`, GEM's ladder with MLP interaction layers in place of Wukong's, is Wukong's ablation at every size.
+
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 \
         --out docs/scaling.json --plot docs/scaling.png
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs xs,s,m
@@ -62,6 +64,12 @@ LADDERS: dict[str, dict[str, dict[str, Any]]] = {
         "l": {"shared_dims": [1024, 1024, 512], "dcn_layers": 6, "dcn_rank": 64},
     },
 }
+# Wukong's ablation at every size: GEM's ladder with MLP interaction layers of the same shapes (`use_wukong=false`;
+# Wukong's `rank` does not apply). A rung's own `architecture` names the model it builds.
+LADDERS["gem-mlp"] = {rung: {**model, "architecture": "gem", "use_wukong": False,
+                             **({"wukong": {k: v for k, v in model["wukong"].items() if k != "rank"}}
+                                if "wukong" in model else {})}
+                      for rung, model in LADDERS["gem"].items()}
 RUNGS = tuple(LADDERS["gem"])  # every ladder has the same sizes
 # Student's t 97.5% quantiles by degrees of freedom (beyond the table, the normal's 1.96 is close enough).
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
