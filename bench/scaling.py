@@ -67,8 +67,7 @@ LADDERS: dict[str, dict[str, dict[str, Any]]] = {
 # Wukong's ablation at every size: GEM's ladder with MLP interaction layers of the same shapes (`use_wukong=false`;
 # Wukong's `rank` does not apply). A rung's own `architecture` names the model it builds.
 LADDERS["gem-mlp"] = {rung: {**model, "architecture": "gem", "use_wukong": False,
-                             **({"wukong": {k: v for k, v in model["wukong"].items() if k != "rank"}}
-                                if "wukong" in model else {})}
+                             "wukong": {k: v for k, v in model.get("wukong", {}).items() if k != "rank"}}
                       for rung, model in LADDERS["gem"].items()}
 RUNGS = tuple(LADDERS["gem"])  # every ladder has the same sizes
 # Student's t 97.5% quantiles by degrees of freedom (beyond the table, the normal's 1.96 is close enough).
