@@ -49,6 +49,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
     "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
     "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
+    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid.
+    "gem-candidate-token": {"model": {"sequence": {"candidate_token": True}}},
+    "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
 }
 TASKS = ("ctr", "cvr")
 

@@ -561,7 +561,10 @@ class SequenceConfig:
     `window` > 0 makes attention sliding-window (a token sees the tokens at most `window` positions
     away, the CLS tokens see and are seen by all) in each layer whose rows can be longer than
     2 * window + 1: the pyramid's lower layers. `n_cls` CLS tokens carry the non-sequential summary in;
-    `n_recent` most recent tokens go into the sequence summary.
+    `n_recent` most recent tokens go into the sequence summary. `candidate_token` appends the target ad to
+    every row as one more global token, embedded by the events' own tokenizer (item projection and attribute
+    tables), whose output joins the summary: the target-aware attention of HSTU and DIN, where "an event of
+    the candidate's category" is a match of equal embedding rows instead of a map learnt from the CLS tokens.
 
     Kunlun's parts (arXiv 2602.10016; docs/KUNLUN_NOTES.md): `pffn="gdpa"` replaces the low-rank
     personalised FFN by generalized dot-product attention of every token to `pffn_kv` keys and values
@@ -593,6 +596,9 @@ class SequenceConfig:
     hsp_rank: Count = 4
     comp_skip: bool = False
     keep_by: Literal["recency", "importance"] = "recency"
+    # Dropout on each attention block's residual branches (attention and FFN outputs) while training.
+    dropout: Fraction = 0.0
+    candidate_token: bool = False
 
     def __post_init__(self) -> None:
         _validate(self, "model.sequence")
@@ -658,6 +664,8 @@ class TrainConfig:
     dense_lr: Positive = 3e-3
     dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
     min_lr_fraction: Fraction = 0.1
+    # AdamW's decoupled weight decay on the dense arches (0: plain Adam).
+    dense_weight_decay: NonNegative = 0.0
     sparse_lr: Positive = 0.05
     # 0 switches the in-batch retrieval loss off.
     retrieval_weight: NonNegative = 0.2
@@ -822,10 +830,12 @@ LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",)
 # defaults, so that every existing name stays.
 LATER_SETTINGS: dict[str, Any] = {
     "data": {"mapping": ""},
+    "train": {"dense_weight_decay": 0.0},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
                      "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
-                     "keep_by": "recency"},
+                     "keep_by": "recency", "dropout": 0.0,
+                     "candidate_token": False},
         "wukong": {"n_experts": 1},
     },
 }

@@ -12,7 +12,7 @@ from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, sort_within_rows
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
-from gem_model.modules.sequence import GDPAPersonalizedFFN, SequenceLayer
+from gem_model.modules.sequence import GDPAPersonalizedFFN, JaggedAttentionBlock, SequenceLayer, SequenceTokenizer
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
 from gem_model.testing.examples import random_examples
 
@@ -25,7 +25,10 @@ ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": 
              {"sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
              {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
              {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
-             {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")}]
+             {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")},
+             # The target ad as a token of the events' space, with and without interleaving.
+             {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
+             {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -149,6 +152,32 @@ def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
     tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
     assert lengths.tolist() == [2, 4] and tokens.shape == (6, 8) and torch.equal(cls_out, cls)
     assert torch.equal(out_level, level)
+
+
+def test_attention_dropout_acts_only_while_training():
+    torch.manual_seed(0)
+    block = JaggedAttentionBlock(SequenceConfig(dim=8, heads=2, dropout=0.5))
+    plain = JaggedAttentionBlock(SequenceConfig(dim=8, heads=2))
+    plain.load_state_dict(block.state_dict())
+    x, lengths = torch.randn(9, 8), torch.tensor([2, 7])
+    assert not torch.allclose(block(x, lengths, 7), block(x, lengths, 7))  # a fresh mask each step
+    block.eval(), plain.eval()
+    assert torch.equal(block(x, lengths, 7), plain(x, lengths, 7))
+
+
+def test_the_candidate_token_is_an_event_token_without_action_and_age():
+    """The target ad goes through the events' own projection and attribute rows; an absent id adds nothing."""
+    torch.manual_seed(0)
+    tokenizer = SequenceTokenizer(SPEC, 16, 8)
+    item = torch.randn(2, 16)
+    side = {name: torch.tensor([3, 5]) for name in SPEC.sequence_side_columns}
+    event = tokenizer(item, side)
+    attributes = {column: side[column] for column in SPEC.sequence_attribute_columns.values()}
+    context = tokenizer.side[SPEC.action_idx_column](side[SPEC.action_idx_column]) + \
+        tokenizer.side[SPEC.age_idx_column](side[SPEC.age_idx_column])
+    assert torch.allclose(tokenizer.candidate(item, attributes), event - context, atol=1e-6)
+    absent = {column: torch.tensor([-1, -1]) for column in attributes}
+    assert torch.allclose(tokenizer.candidate(item, absent), tokenizer.item(item))
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:

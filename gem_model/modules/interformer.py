@@ -13,6 +13,8 @@ The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_
 swaps each Wukong layer for an MLP layer of the same output shape; `interleave=False` runs the
 pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
 `use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
+`SequenceConfig.candidate_token` adds the target ad to every layer's CLS tokens as a token of the events'
+own space (target-aware attention), carried from layer to layer.
 Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
 are switched on by config, each off by default until an ablation shows it pays (docs/MODEL.md).
 """
@@ -103,6 +105,9 @@ class InterFormerArch(nn.Module):
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:
                 self.cls = nn.Parameter(torch.randn(seq.n_cls, seq.dim) * 0.02)
+            # Tells the target ad's token from the events (it has no action or age of its own).
+            self.candidate_marker = nn.Parameter(torch.zeros(seq.dim)) if seq.candidate_token else None
+            self.item_table = spec.sequence_table
         self.out_dim = (n_out + n_summary) * d
 
     def forward(self, x: torch.Tensor, sparse: SparseOutput) -> torch.Tensor:
@@ -114,14 +119,22 @@ class InterFormerArch(nn.Module):
             return x.flatten(1)
         tokens = self.tokenizer(sparse.seq_values, sparse.seq_side)
         lengths, b = sparse.seq_lengths, x.shape[0]
+        candidate = None
+        if self.candidate_marker is not None:
+            candidate = self.tokenizer.candidate(sparse.pooled[self.item_table], sparse.candidate_side)
+            candidate = (candidate + self.candidate_marker).unsqueeze(1)  # [B, 1, Ds]
         pooled = None
         for i, seq_layer in enumerate(self.sequence):
             if self.interleaved:
                 cls, message = self.messages[i](x)
             else:
                 cls, message = self.cls.expand(b, -1, -1), None
+            if candidate is not None:
+                cls = torch.cat([cls, candidate], dim=1)  # the candidate's token carries on from layer to layer
             level_lengths = lengths
             tokens, lengths, cls_out, level = seq_layer(tokens, lengths, self.max_lengths[i], cls, message)
+            if candidate is not None:
+                candidate = cls_out[:, -1:]
             if self.interleaved:
                 summary, pooled = self.summaries[i](tokens, lengths, cls_out, level, level_lengths, pooled)
                 x = self.interaction[i](torch.cat([x, summary], dim=1))

@@ -56,6 +56,14 @@ class SequenceTokenizer(nn.Module):
             tokens = tokens + table(ids)
         return tokens
 
+    def candidate(self, item: torch.Tensor, ids: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The target ad as a token [B, Ds]: its item embedding [B, D] and attribute ids [B] through the events'
+        own projection and tables, so an event of the ad's category shares a row with it; -1 ids add nothing."""
+        token = self.item(item)
+        for name, column_ids in ids.items():
+            token = token + self.side[name](column_ids.clamp(min=0)) * (column_ids >= 0).unsqueeze(1)
+        return token
+
 
 class JaggedAttentionBlock(nn.Module):
     """Pre-LN transformer block on a jagged batch: x + Attn(LN x), then x + FFN(LN x)."""
@@ -68,6 +76,7 @@ class JaggedAttentionBlock(nn.Module):
         self.out = nn.Linear(config.dim, config.dim)
         hidden = 2 * config.dim
         self.ffn = nn.Sequential(nn.Linear(config.dim, hidden), nn.SiLU(), nn.Linear(hidden, config.dim))
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, max_len: int, n_global: int = 0) -> torch.Tensor:
         """x [L, Ds] jagged; rows end with `n_global` tokens that a sliding window leaves global."""
@@ -77,8 +86,8 @@ class JaggedAttentionBlock(nn.Module):
         attended = jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets_of(lengths),
                                     max_seq_len=max_len, causal=c.causal, activation=c.activation,
                                     window=c.window if windowed else None, n_global=n_global if windowed else 0)
-        x = x + self.out(attended.reshape(-1, c.dim))
-        return x + self.ffn(self.norm_ffn(x))
+        x = x + self.dropout(self.out(attended.reshape(-1, c.dim)))
+        return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
 
 class PersonalizedFFN(nn.Module):
@@ -183,7 +192,8 @@ class SequenceLayer(nn.Module):
 
 def summary_tokens(config: SequenceConfig) -> int:
     """How many embeddings a `SequenceSummary` gives the non-sequential side."""
-    return config.n_cls + (config.hsp_tokens if config.summary == "hsp" else 1 + config.n_recent)
+    return (config.n_cls + config.candidate_token
+            + (config.hsp_tokens if config.summary == "hsp" else 1 + config.n_recent))
 
 
 class SequenceSummary(nn.Module):

@@ -29,6 +29,8 @@ class SparseOutput:
     seq_values: torch.Tensor  # [L, D] item embeddings of the sequence events, newest first per row
     seq_lengths: torch.Tensor  # [B] int64
     seq_side: dict[str, torch.Tensor]  # side column -> [L] int64 ids, aligned with seq_values
+    # attribute side column -> [B] the target ad's ids in the same buckets as the events' (-1 where absent)
+    candidate_side: dict[str, torch.Tensor]
 
     @cached_property
     def seq_mean(self) -> torch.Tensor:
@@ -63,4 +65,13 @@ class SparseArch(nn.Module):
         pooled[self.spec.sequence_table] = target.to_padded_dense(desired_length=1).squeeze(1)
         side = side_in.to_dict()
         return SparseOutput(pooled=pooled, seq_values=seq.values(), seq_lengths=seq.lengths().long(),
-                            seq_side={name: side[name].values() for name in self.spec.sequence_side_columns})
+                            seq_side={name: side[name].values() for name in self.spec.sequence_side_columns},
+                            candidate_side={column: _one_id_per_row(pooled_in[name].lengths(), pooled_in[name].values())
+                                            for name, column in self.spec.sequence_attribute_columns.items()})
+
+
+def _one_id_per_row(lengths: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[B] the id of each row of a single-valued feature, -1 where the row has none."""
+    ids = torch.full_like(lengths, -1, dtype=torch.long)
+    ids[lengths > 0] = values.long()
+    return ids

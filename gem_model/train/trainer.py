@@ -80,7 +80,8 @@ def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelP
     )
     dense = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
-        lambda params: torch.optim.Adam(params, lr=cfg.train.dense_lr),
+        lambda params: torch.optim.AdamW(
+            params, lr=cfg.train.dense_lr, weight_decay=cfg.train.dense_weight_decay),
     )
     torch.manual_seed(cfg.train.seed + env.rank)  # per-rank stream for anything random from here on
     return dmp, CombinedOptimizer([dmp.fused_optimizer, dense])
