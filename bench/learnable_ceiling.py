@@ -11,7 +11,9 @@ regression with an L2 penalty:
 - click: biases per surface, objective and position; a quality per ad; an affinity per
   (user, category); the fourth-order term's segment (age x format x surface x hour of day); and,
   from the point-in-time sequence, the recency term 0.5^(hours/6) of the last event in the
-  target's category and the share of the history in that category;
+  target's category and the share of the history in that category; and once more with the
+  recency term replaced by a learned step function of that event's age bucket, the clock the
+  model's tokens carry (floor(log2(1 + minutes))): what the coarser clock costs;
 - conversion (on clicked rows): a bias per objective, a quality per ad, an affinity per
   (user, category), the recency term 0.5^(hours/24) of the last add-to-cart in the target's
   category and the same share.
@@ -40,6 +42,7 @@ from pyspark.sql import functions as F
 from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
+from jobs.features.tables import age_bucket
 from jobs.features.world import (
     CART_ACTION,
     CART_HALF_LIFE_H,
@@ -53,11 +56,16 @@ from jobs.lake import read_table
 from jobs.spark_session import build_spark_session
 
 PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
+# The model's clock: one indicator per age bucket (floor(log2(1 + minutes)), jobs.features.tables.age_bucket) of
+# the newest same-category event, a step function in place of the exact 0.5^(hours/6).
+CLOCK = tuple(f"clock_{k}" for k in range(16))
 CLICK_TERMS = {"static, without the fourth-order term": (), "static": ("interaction",),
                "+ recency": ("interaction", "recency"),
-               "+ recency + sequence share": ("interaction", "recency", "share")}
+               "+ recency + sequence share": ("interaction", "recency", "share"),
+               "+ recency by the model's age bucket": ("interaction", *CLOCK),
+               "+ recency by the model's age bucket + sequence share": ("interaction", *CLOCK, "share")}
 CVR_TERMS = {"static": (), "+ cart recency": ("cart",), "+ cart recency + sequence share": ("cart", "share")}
-TERMS = ("interaction", "recency", "cart", "share")
+TERMS = ("interaction", "recency", "cart", "share", *CLOCK)
 
 
 def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
@@ -67,6 +75,8 @@ def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
     same = F.filter(events, lambda e: world._category(e["item"]) == F.col("category"))
     recent = F.filter(same, lambda e: e["ts"] >= F.to_timestamp(F.date_sub("ds", 1)))
     carts = F.filter(recent, lambda e: e["action"] == CART_ACTION)
+    newest = F.array_max(F.transform(recent, lambda e: e["ts"]))
+    clock = age_bucket(newest, F.col("ts"), len(CLOCK))  # null without such an event: every indicator 0
     return examples.select(
         "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
         F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
@@ -75,6 +85,7 @@ def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
         decayed(hours_since_last(recent, F.col("ts")), RECENCY_HALF_LIFE_H).alias("recency"),
         decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H).alias("cart"),
         (F.size(same) / F.greatest(F.size("seq_item_ids"), F.lit(1))).alias("share"),
+        *[F.coalesce((clock == k).cast("double"), F.lit(0.0)).alias(name) for k, name in enumerate(CLOCK)],
     ).toPandas()
 
 
@@ -172,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="tiny")
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset)
+    if cfg.features.age_buckets != len(CLOCK):
+        raise SystemExit(f"features.age_buckets is {cfg.features.age_buckets}; the learner's clock has {len(CLOCK)} "
+                         "buckets: set CLOCK in bench/learnable_ceiling.py to the preset's age_buckets")
     spark = build_spark_session()
     rows = learner_rows(read_table(spark, GemPaths.from_env().table("gold.training_examples")), Source(spark, cfg))
     spark.stop()

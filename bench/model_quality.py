@@ -52,6 +52,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid.
     "gem-candidate-token": {"model": {"sequence": {"candidate_token": True}}},
     "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
+    "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
 }
 TASKS = ("ctr", "cvr")
 
