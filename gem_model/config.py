@@ -834,8 +834,7 @@ LATER_SETTINGS: dict[str, Any] = {
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
                      "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
-                     "keep_by": "recency", "dropout": 0.0,
-                     "candidate_token": False},
+                     "keep_by": "recency", "dropout": 0.0, "candidate_token": False},
         "wukong": {"n_experts": 1},
     },
 }

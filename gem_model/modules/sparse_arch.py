@@ -66,12 +66,5 @@ class SparseArch(nn.Module):
         side = side_in.to_dict()
         return SparseOutput(pooled=pooled, seq_values=seq.values(), seq_lengths=seq.lengths().long(),
                             seq_side={name: side[name].values() for name in self.spec.sequence_side_columns},
-                            candidate_side={column: _one_id_per_row(pooled_in[name].lengths(), pooled_in[name].values())
+                            candidate_side={column: pooled_in[name].to_padded_dense(1, padding_value=-1).squeeze(1)
                                             for name, column in self.spec.sequence_attribute_columns.items()})
-
-
-def _one_id_per_row(lengths: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """[B] the id of each row of a single-valued feature, -1 where the row has none."""
-    ids = torch.full_like(lengths, -1, dtype=torch.long)
-    ids[lengths > 0] = values.long()
-    return ids
