@@ -49,10 +49,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
     "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
     "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
-    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid.
+    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid; each event
+    # marked where its attributes match the target ad's.
     "gem-candidate-token": {"model": {"sequence": {"candidate_token": True}}},
     "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
     "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
+    "gem-match": {"model": {"sequence": {"match_candidate": True}}},
+    "gem-candidate-token-match": {"model": {"sequence": {"candidate_token": True, "match_candidate": True}}},
 }
 TASKS = ("ctr", "cvr")
 

@@ -565,6 +565,9 @@ class SequenceConfig:
     every row as one more global token, embedded by the events' own tokenizer (item projection and attribute
     tables), whose output joins the summary: the target-aware attention of HSTU and DIN, where "an event of
     the candidate's category" is a match of equal embedding rows instead of a map learnt from the CLS tokens.
+    `match_candidate` adds to each event's token a learned row for whether each of its item attributes
+    (`features.sequence_item_attributes`) equals the target ad's: the match is then read off the token, so the
+    summary's mean token carries the share of the history that matches and attention can find the newest match.
 
     Kunlun's parts (arXiv 2602.10016; docs/KUNLUN_NOTES.md): `pffn="gdpa"` replaces the low-rank
     personalised FFN by generalized dot-product attention of every token to `pffn_kv` keys and values
@@ -599,6 +602,7 @@ class SequenceConfig:
     # Dropout on each attention block's residual branches (attention and FFN outputs) while training.
     dropout: Fraction = 0.0
     candidate_token: bool = False
+    match_candidate: bool = False
 
     def __post_init__(self) -> None:
         _validate(self, "model.sequence")
@@ -834,7 +838,8 @@ LATER_SETTINGS: dict[str, Any] = {
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
                      "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
-                     "keep_by": "recency", "dropout": 0.0, "candidate_token": False},
+                     "keep_by": "recency", "dropout": 0.0, "candidate_token": False,
+                     "match_candidate": False},
         "wukong": {"n_experts": 1},
     },
 }

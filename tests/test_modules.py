@@ -28,7 +28,9 @@ ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": 
              {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")},
              # The target ad as a token of the events' space, with and without interleaving.
              {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)}]
+             {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
+             # Events marked where they match the target ad.
+             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=True)}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -178,6 +180,19 @@ def test_the_candidate_token_is_an_event_token_without_action_and_age():
     assert torch.allclose(tokenizer.candidate(item, attributes), event - context, atol=1e-6)
     absent = {column: torch.tensor([-1, -1]) for column in attributes}
     assert torch.allclose(tokenizer.candidate(item, absent), tokenizer.item(item))
+
+
+def test_candidate_match_marks_the_events_whose_attribute_equals_their_rows_target_ad():
+    """Row 0's target is in category 3, row 1's in 5; a missing id (0) never matches, nor does an absent target."""
+    torch.manual_seed(0)
+    tokenizer = SequenceTokenizer(SPEC, 16, 8, match_candidate=True)
+    (column,) = SPEC.sequence_attribute_columns.values()
+    side, lengths = {column: torch.tensor([3, 5, 0, 5, 3, 3])}, torch.tensor([3, 2, 1])
+    target = {column: torch.tensor([3, 5, -1])}
+    rows = tokenizer.match[column].weight
+    expected = rows[torch.tensor([1, 0, 0, 1, 0, 0])]
+    assert torch.equal(tokenizer.candidate_match(side, target, lengths), expected)
+    assert not torch.equal(rows[0], rows[1])
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:

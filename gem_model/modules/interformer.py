@@ -14,7 +14,8 @@ swaps each Wukong layer for an MLP layer of the same output shape; `interleave=F
 pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
 `use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
 `SequenceConfig.candidate_token` adds the target ad to every layer's CLS tokens as a token of the events'
-own space (target-aware attention), carried from layer to layer.
+own space (target-aware attention), carried from layer to layer; `match_candidate` marks each event whose
+attributes equal the target ad's.
 Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
 are switched on by config, each off by default until an ablation shows it pays (docs/MODEL.md).
 """
@@ -87,7 +88,7 @@ class InterFormerArch(nn.Module):
             for n in n_ins
         ])
         if config.use_sequence:
-            self.tokenizer = SequenceTokenizer(spec, d, seq.dim)
+            self.tokenizer = SequenceTokenizer(spec, d, seq.dim, match_candidate=seq.match_candidate)
             # Computation Skip: the first, third, ... layers skip self-attention and pool a fresh summary; the
             # others attend and reuse the summary pooled just before.
             skips = [seq.comp_skip and i % 2 == 0 for i in range(n_layers)]
@@ -119,6 +120,8 @@ class InterFormerArch(nn.Module):
             return x.flatten(1)
         tokens = self.tokenizer(sparse.seq_values, sparse.seq_side)
         lengths, b = sparse.seq_lengths, x.shape[0]
+        if self.config.sequence.match_candidate:
+            tokens = tokens + self.tokenizer.candidate_match(sparse.seq_side, sparse.candidate_side, lengths)
         candidate = None
         if self.candidate_marker is not None:
             candidate = self.tokenizer.candidate(sparse.pooled[self.item_table], sparse.candidate_side)
