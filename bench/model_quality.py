@@ -56,6 +56,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
     "gem-match": {"model": {"sequence": {"match_candidate": True}}},
     "gem-candidate-token-match": {"model": {"sequence": {"candidate_token": True, "match_candidate": True}}},
+    "gem-match-newest": {"model": {"sequence": {"match_candidate": True, "match_newest": True}}},
 }
 TASKS = ("ctr", "cvr")
 

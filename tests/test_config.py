@@ -216,6 +216,8 @@ def test_direct_construction_is_checked_like_json():
     ({"model": {"sequence": {"activation": "relu"}}}, "model.sequence.activation='relu': must be one of"),
     ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
                                                "each element an integer >= 1"),
+    ({"model": {"sequence": {"match_newest": True}}}, "model.sequence.match_newest marks the newest matching event: "
+                                                     "set match_candidate=true too"),
     ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer >= 1"),
     ({"model": {"surface_dims": [32, 16]}}, "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
                                            "element, an integer >= 1, not an array of 2"),
