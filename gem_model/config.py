@@ -612,7 +612,8 @@ class SequenceConfig:
         if self.dim % self.heads:
             raise ConfigError(f"model.sequence.dim={self.dim} must be divisible by heads={self.heads}")
         if self.match_newest and not self.match_candidate:
-            raise ConfigError("model.sequence.match_newest marks the newest matching event: set match_candidate=true too")
+            raise ConfigError("model.sequence.match_newest marks the newest matching event: "
+                              "set match_candidate=true too")
         if self.comp_skip and (len(self.pyramid) < 2 or self.summary != "hsp"):
             raise ConfigError(f"model.sequence.comp_skip needs at least 2 pyramid layers (got {len(self.pyramid)}) "
                               f"and summary='hsp' (got {self.summary!r}): a layer without self-attention "
@@ -835,8 +836,10 @@ DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
 LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
-# Settings added after teachers were named (nested like the config): hashed only when set away from these
-# defaults, so that every existing name stays.
+# Settings added after teachers were named (nested like the config), each with the value that reproduces the
+# teachers trained before it: hashed only when set away from that value, so that every existing name stays, and
+# filled in where a saved config lacks them (`with_later_settings`), so that those teachers load as they were
+# trained even after a setting's default has moved on.
 LATER_SETTINGS: dict[str, Any] = {
     "data": {"mapping": ""},
     "train": {"dense_weight_decay": 0.0},
@@ -859,6 +862,17 @@ def _without_defaults(values: dict[str, Any], defaults: dict[str, Any]) -> dict[
         elif key not in defaults or value != defaults[key]:
             kept[key] = value
     return kept
+
+
+def with_later_settings(values: dict[str, Any], later: dict[str, Any] = LATER_SETTINGS) -> dict[str, Any]:
+    """A saved config `values` with each setting of `later` it lacks (recursively) set to its `later` value."""
+    filled = dict(values)
+    for key, value in later.items():
+        if isinstance(value, dict):
+            filled[key] = with_later_settings(values.get(key, {}), value)
+        elif key not in values:
+            filled[key] = value
+    return filled
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pytest
 
 from gem_model.config import (
     DATASET_CONFIGS,
+    LATER_SETTINGS,
     PRESETS,
     ConfigError,
     ExportConfig,
@@ -18,6 +19,7 @@ from gem_model.config import (
     StudentConfig,
     TrainConfig,
     WorldConfig,
+    with_later_settings,
 )
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
@@ -110,6 +112,26 @@ def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_co
     own["student"]["epochs"] = 9
     cfg = teacher_config({"config": own})
     assert cfg.student.features == tuple(own["student"]["features"]) and cfg.student.epochs == 3
+
+
+def _less(values: dict, dropped: dict) -> dict:
+    return {k: _less(v, dropped[k]) if isinstance(v, dict) and k in dropped else v
+            for k, v in values.items() if k not in dropped or isinstance(dropped[k], dict)}
+
+
+def test_a_teacher_saved_before_the_later_settings_loads_as_it_was_trained():
+    """Whatever today's defaults, a saved config without a later setting gets the value that reproduces it."""
+    from gem_model.export.checkpoint import teacher_config
+
+    saved = _less(GemConfig.load("small").to_dict(), LATER_SETTINGS)
+    assert "match_candidate" not in saved["model"]["sequence"]
+    cfg = teacher_config({"config": saved})
+    later = LATER_SETTINGS
+    for section, values in [(cfg.model.sequence, later["model"]["sequence"]),
+                            (cfg.model.wukong, later["model"]["wukong"]), (cfg.train, later["train"])]:
+        assert {k: getattr(section, k) for k in values} == values
+    assert with_later_settings({"model": {"dim": 8}}, {"model": {"x": 1}, "train": {"y": 0}}) == \
+        {"model": {"dim": 8, "x": 1}, "train": {"y": 0}}
 
 
 def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns():
