@@ -49,14 +49,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
     "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
     "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
-    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid; each event
-    # marked where its attributes match the target ad's.
+    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid; the events
+    # without the default's mark of where they match the target ad.
     "gem-candidate-token": {"model": {"sequence": {"candidate_token": True}}},
     "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
     "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
-    "gem-match": {"model": {"sequence": {"match_candidate": True}}},
-    "gem-candidate-token-match": {"model": {"sequence": {"candidate_token": True, "match_candidate": True}}},
-    "gem-match-newest": {"model": {"sequence": {"match_candidate": True, "match_newest": True}}},
+    "gem-no-match": {"model": {"sequence": {"match_candidate": False}}},
 }
 TASKS = ("ctr", "cvr")
 

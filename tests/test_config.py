@@ -23,8 +23,8 @@ from gem_model.config import (
 )
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
-# change these: last, issue 16's `hour_of_day` context feature.
-PRESET_FINGERPRINTS = {"tiny": "6658a93a2f", "small": "9d0ce1feb1", "medium": "193e2d70d1"}
+# change these: last, issue 16's `model.sequence.match_candidate` on by default.
+PRESET_FINGERPRINTS = {"tiny": "31facdc35b", "small": "9d6f82fa17", "medium": "d40a89c2c7"}
 
 
 def test_presets_round_trip_through_json():
@@ -238,8 +238,6 @@ def test_direct_construction_is_checked_like_json():
     ({"model": {"sequence": {"activation": "relu"}}}, "model.sequence.activation='relu': must be one of"),
     ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
                                                "each element an integer >= 1"),
-    ({"model": {"sequence": {"match_newest": True}}}, "model.sequence.match_newest marks the newest matching event: "
-                                                     "set match_candidate=true too"),
     ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer >= 1"),
     ({"model": {"surface_dims": [32, 16]}}, "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
                                            "element, an integer >= 1, not an array of 2"),

@@ -10,7 +10,7 @@ from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongCon
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_in_rows, first_tokens, keep_first, sort_within_rows
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, sort_within_rows
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
 from gem_model.modules.sequence import GDPAPersonalizedFFN, JaggedAttentionBlock, SequenceLayer, SequenceTokenizer
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
@@ -29,8 +29,8 @@ ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": 
              # The target ad as a token of the events' space, with and without interleaving.
              {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
              {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             # Events marked where they match the target ad.
-             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=True, match_newest=True)}]
+             # The events without the default's match rows.
+             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -193,15 +193,6 @@ def test_candidate_match_marks_the_events_whose_attribute_equals_their_rows_targ
     expected = rows[torch.tensor([1, 0, 0, 1, 0, 0])]
     assert torch.equal(tokenizer.candidate_match(side, target, lengths), expected)
     assert not torch.equal(rows[0], rows[1])
-    newest = SequenceTokenizer(SPEC, 16, 8, match_candidate=True, match_newest=True)
-    side = {column: torch.tensor([5, 3, 3, 3, 5, 5])}  # row 0's second and third events match, row 1's second
-    rows = newest.match[column].weight
-    assert torch.equal(newest.candidate_match(side, target, lengths), rows[torch.tensor([0, 2, 1, 0, 2, 0])])
-
-
-def test_first_in_rows_finds_each_rows_first_true():
-    mask, lengths = torch.tensor([False, True, True, True, False, False, True]), torch.tensor([3, 0, 2, 2])
-    assert first_in_rows(mask, lengths).tolist() == [False, True, False, True, False, False, True]
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:

@@ -88,7 +88,7 @@ class InterFormerArch(nn.Module):
             for n in n_ins
         ])
         if config.use_sequence:
-            self.tokenizer = SequenceTokenizer(spec, d, seq.dim, seq.match_candidate, seq.match_newest)
+            self.tokenizer = SequenceTokenizer(spec, d, seq.dim, seq.match_candidate)
             # Computation Skip: the first, third, ... layers skip self-attention and pool a fresh summary; the
             # others attend and reuse the summary pooled just before.
             skips = [seq.comp_skip and i % 2 == 0 for i in range(n_layers)]

@@ -71,13 +71,6 @@ def keep_first(values: torch.Tensor, lengths: torch.Tensor,
     return values.index_select(0, kept), lengths.clamp(max=k), dropped_mean, lengths > k
 
 
-def first_in_rows(mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """[L] bool: each row's first True of `mask` [L] (in a newest-first sequence, the newest such event)."""
-    count = mask.long().cumsum(0)
-    before_row = torch.cat([count.new_zeros(1), count]).index_select(0, offsets_of(lengths)[:-1])
-    return mask & (count - before_row.index_select(0, row_ids(lengths)) == 1)
-
-
 def sort_within_rows(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """[L] token order that keeps each row's tokens together, rows in order, and sorts them by descending score."""
     by_score = torch.argsort(scores, descending=True, stable=True)

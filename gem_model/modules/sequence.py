@@ -25,7 +25,6 @@ from torch import nn
 from gem_model.config import FeatureSpec, SequenceConfig
 from gem_model.modules.jagged import (
     concat_rows,
-    first_in_rows,
     first_tokens,
     keep_first,
     offsets_of,
@@ -41,17 +40,13 @@ from kernels.reference.pt_jagged_attention import POINTWISE
 class SequenceTokenizer(nn.Module):
     """[L, D] item embeddings + side ids -> [L, Ds] tokens."""
 
-    def __init__(self, spec: FeatureSpec, embedding_dim: int, dim: int, match_candidate: bool = False,
-                 match_newest: bool = False) -> None:
+    def __init__(self, spec: FeatureSpec, embedding_dim: int, dim: int, match_candidate: bool = False) -> None:
         super().__init__()
         self.item = nn.Linear(embedding_dim, dim)
         self.side = nn.ModuleDict({name: nn.Embedding(buckets, dim)
                                    for name, buckets in spec.sequence_side_columns.items()})
-        # Per item attribute: a row for "differs from the target ad's" (0), one for "equals it" (1) and, with
-        # `match_newest`, one for "equals it and is the newest event that does" (2).
-        self.match_newest = match_newest
-        self.match = nn.ModuleDict({column: nn.Embedding(2 + match_newest, dim)
-                                    for column in spec.sequence_attribute_columns.values()}
+        # Per item attribute: a row for "differs from the target ad's" (0) and one for "equals it" (1).
+        self.match = nn.ModuleDict({column: nn.Embedding(2, dim) for column in spec.sequence_attribute_columns.values()}
                                    ) if match_candidate else None
 
     def forward(self, items: torch.Tensor, side: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -67,16 +62,12 @@ class SequenceTokenizer(nn.Module):
     def candidate_match(self, side: dict[str, torch.Tensor], candidate_side: dict[str, torch.Tensor],
                         lengths: torch.Tensor) -> torch.Tensor:
         """[L, Ds] each event's match rows: its attribute id against its row's target ad's ([B], -1 where absent);
-        a missing id (row 0) matches nothing. Events are newest first in each row."""
+        a missing id (row 0) matches nothing."""
         rows = row_ids(lengths)
         out = 0
         for column, table in self.match.items():
             ids = side[column]
-            matched = (ids == candidate_side[column].index_select(0, rows)) & (ids > 0)
-            state = matched.long()
-            if self.match_newest:
-                state = state + first_in_rows(matched, lengths).long()
-            out = out + table(state)
+            out = out + table(((ids == candidate_side[column].index_select(0, rows)) & (ids > 0)).long())
         return out
 
     def candidate(self, item: torch.Tensor, ids: dict[str, torch.Tensor]) -> torch.Tensor:
