@@ -212,7 +212,8 @@ def test_the_global_lineage_draws_the_groups_and_the_feature_assets(ui, browser)
     with _evidence_on_failure(browser, ui, "lineage"):
         browser.get(f"{ui.url}/asset-groups")
         _wait(browser, lambda b: set(GROUPS) <= _rendered_nodes(b), message=f"group nodes {GROUPS}")
-        assert browser.title == "Global asset lineage"
+        # The UI sets the page title after it renders (seen once still "Dagster" with the nodes drawn).
+        _wait(browser, lambda b: b.title == "Global asset lineage", message="the page title")
         # Open the features group as a user does: its node's unfold toggle.
         group = browser.find_element(By.CSS_SELECTOR, "[data-tooltip='features']").find_element(
             By.XPATH, "ancestor::div[.//*[@aria-label='unfold_more']][1]")
