@@ -120,7 +120,7 @@ class InterFormerArch(nn.Module):
             return x.flatten(1)
         tokens = self.tokenizer(sparse.seq_values, sparse.seq_side)
         lengths, b = sparse.seq_lengths, x.shape[0]
-        if self.config.sequence.match_candidate:
+        if self.tokenizer.match:
             tokens = tokens + self.tokenizer.candidate_match(sparse.seq_side, sparse.candidate_side, lengths)
         candidate = None
         if self.candidate_marker is not None:

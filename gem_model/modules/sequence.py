@@ -45,9 +45,10 @@ class SequenceTokenizer(nn.Module):
         self.item = nn.Linear(embedding_dim, dim)
         self.side = nn.ModuleDict({name: nn.Embedding(buckets, dim)
                                    for name, buckets in spec.sequence_side_columns.items()})
-        # Per item attribute: a row for "differs from the target ad's" (0) and one for "equals it" (1).
+        # Per item attribute: a row for "differs from the target ad's" (0) and one for "equals it" (1); empty
+        # where the spec gives the events no attributes.
         self.match = nn.ModuleDict({column: nn.Embedding(2, dim) for column in spec.sequence_attribute_columns.values()}
-                                   ) if match_candidate else None
+                                   if match_candidate else {})
 
     def forward(self, items: torch.Tensor, side: dict[str, torch.Tensor]) -> torch.Tensor:
         tokens = self.item(items)
@@ -61,14 +62,11 @@ class SequenceTokenizer(nn.Module):
 
     def candidate_match(self, side: dict[str, torch.Tensor], candidate_side: dict[str, torch.Tensor],
                         lengths: torch.Tensor) -> torch.Tensor:
-        """[L, Ds] each event's match rows: its attribute id against its row's target ad's ([B], -1 where absent);
-        a missing id (row 0) matches nothing."""
+        """[L, Ds] each event's match rows (call only where `self.match` has tables): its attribute id against its
+        row's target ad's ([B], -1 where absent); a missing id (row 0) matches nothing."""
         rows = row_ids(lengths)
-        out = 0
-        for column, table in self.match.items():
-            ids = side[column]
-            out = out + table(((ids == candidate_side[column].index_select(0, rows)) & (ids > 0)).long())
-        return out
+        return sum(table(((side[column] == candidate_side[column].index_select(0, rows)) & (side[column] > 0)).long())
+                   for column, table in self.match.items())
 
     def candidate(self, item: torch.Tensor, ids: dict[str, torch.Tensor]) -> torch.Tensor:
         """The target ad as a token [B, Ds]: its item embedding [B, D] and attribute ids [B] through the events'
