@@ -55,6 +55,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
     "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
     "gem-no-match": {"model": {"sequence": {"match_candidate": False}}},
+    # L2 on the embedding rows (fbgemm's fused optimizer), as the well-specified learner's tuned L2.
+    "gem-sparse-l2": {"train": {"sparse_weight_decay": 1e-4}},
+    "gem-sparse-l2-1e-3": {"train": {"sparse_weight_decay": 1e-3}},
 }
 TASKS = ("ctr", "cvr")
 

@@ -673,6 +673,9 @@ class TrainConfig:
     # AdamW's decoupled weight decay on the dense arches (0: plain Adam).
     dense_weight_decay: NonNegative = 0.0
     sparse_lr: Positive = 0.05
+    # L2 on the embedding rows, added to each looked-up row's gradient by fbgemm's fused row-wise Adagrad (once a
+    # batch, so a row's penalty grows with how often it is seen, as a per-example L2 does). 0: none.
+    sparse_weight_decay: NonNegative = 0.0
     # 0 switches the in-batch retrieval loss off.
     retrieval_weight: NonNegative = 0.2
     temperature: Positive = 0.1
@@ -838,7 +841,7 @@ LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",)
 # trained even after a setting's default has moved on.
 LATER_SETTINGS: dict[str, Any] = {
     "data": {"mapping": ""},
-    "train": {"dense_weight_decay": 0.0},
+    "train": {"dense_weight_decay": 0.0, "sparse_weight_decay": 0.0},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
                      "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
