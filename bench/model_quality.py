@@ -58,6 +58,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # L2 on the embedding rows (fbgemm's fused optimizer), as the well-specified learner's tuned L2.
     "gem-sparse-l2": {"train": {"sparse_weight_decay": 1e-4}},
     "gem-sparse-l2-1e-3": {"train": {"sparse_weight_decay": 1e-3}},
+    # The summary's mean token over the whole history (the first layer's level) instead of the kept tokens.
+    "gem-level-mean": {"model": {"sequence": {"summary_mean": "level"}}},
 }
 TASKS = ("ctr", "cvr")
 

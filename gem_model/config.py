@@ -569,7 +569,9 @@ class SequenceConfig:
     (`features.sequence_item_attributes`) equals the target ad's: the match is then read off the token, so the
     summary's mean token carries the share of the history that matches and attention can find the matches
     (on by default since it closed 73% of DLRM's click-AUC gap to the learnable ceiling against 53% without;
-    docs/MODEL.md).
+    docs/MODEL.md). `summary_mean` is what that mean token averages: the layer's `kept` tokens (its newest
+    `pyramid[i]` and one mean of the rest, so the newest weigh most) or its whole `level` (every token it
+    attended over: at the first layer the whole history, so the share of it that matches is exact).
 
     Kunlun's parts (arXiv 2602.10016; docs/KUNLUN_NOTES.md): `pffn="gdpa"` replaces the low-rank
     personalised FFN by generalized dot-product attention of every token to `pffn_kv` keys and values
@@ -596,6 +598,7 @@ class SequenceConfig:
     pffn_kv: Count = 16
     pffn_activation: Literal["silu", "gelu", "relu2", "identity"] = "gelu"
     summary: Literal["mean_recent", "hsp"] = "mean_recent"
+    summary_mean: Literal["kept", "level"] = "kept"
     hsp_seeds: Count = 32
     hsp_tokens: Count = 4
     hsp_rank: Count = 4
@@ -844,7 +847,7 @@ LATER_SETTINGS: dict[str, Any] = {
     "train": {"dense_weight_decay": 0.0, "sparse_weight_decay": 0.0},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
-                     "summary": "mean_recent", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
+                     "summary": "mean_recent", "summary_mean": "kept", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
                      "keep_by": "recency", "dropout": 0.0, "candidate_token": False,
                      "match_candidate": False},
         "wukong": {"n_experts": 1},

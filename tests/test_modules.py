@@ -12,7 +12,13 @@ from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, sort_within_rows
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
-from gem_model.modules.sequence import GDPAPersonalizedFFN, JaggedAttentionBlock, SequenceLayer, SequenceTokenizer
+from gem_model.modules.sequence import (
+    GDPAPersonalizedFFN,
+    JaggedAttentionBlock,
+    SequenceLayer,
+    SequenceSummary,
+    SequenceTokenizer,
+)
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
 from gem_model.testing.examples import random_examples
 
@@ -29,8 +35,9 @@ ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": 
              # The target ad as a token of the events' space, with and without interleaving.
              {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
              {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             # The events without the default's match rows.
-             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)}]
+             # The events without the default's match rows; the summary's mean over the whole level.
+             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
+             {"sequence": dataclasses.replace(CFG.model.sequence, summary_mean="level")}]
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -154,6 +161,24 @@ def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
     tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
     assert lengths.tolist() == [2, 4] and tokens.shape == (6, 8) and torch.equal(cls_out, cls)
     assert torch.equal(out_level, level)
+
+
+@pytest.mark.parametrize("summary_mean", ["kept", "level"])
+def test_the_summarys_mean_token_averages_the_kept_tokens_or_the_whole_level(summary_mean):
+    config = SequenceConfig(dim=8, heads=2, n_cls=2, n_recent=1, summary_mean=summary_mean)
+    summary = SequenceSummary(config, embedding_dim=8, max_len=7)
+    with torch.no_grad():  # show the parts as they are: identity projection, gates open
+        summary.proj.weight.copy_(torch.eye(8))
+        summary.proj.bias.zero_()
+        summary.gate.weight.zero_()
+        summary.gate.bias.fill_(50.0)
+    level, level_lengths = torch.randn(9, 8), torch.tensor([2, 7])
+    tokens, lengths = torch.randn(5, 8), torch.tensor([2, 3])  # what the layer kept of each row
+    out, _ = summary(tokens, lengths, torch.randn(2, 2, 8), level, level_lengths)
+    averaged = level if summary_mean == "level" else tokens
+    rows = torch.split(averaged, (level_lengths if summary_mean == "level" else lengths).tolist())
+    torch.testing.assert_close(out[:, 2], torch.stack([row.mean(0) for row in rows]))
+    torch.testing.assert_close(out[:, 3], tokens[[0, 2]])  # the newest kept token of each row
 
 
 def test_attention_dropout_acts_only_while_training():

@@ -210,14 +210,15 @@ def summary_tokens(config: SequenceConfig) -> int:
 
 class SequenceSummary(nn.Module):
     """[B, summary_tokens, D] gated summary tokens for the non-sequential side: the CLS outputs projected to
-    the embedding dim, with the mean token and the most recent tokens (`summary="mean_recent"`) or with
+    the embedding dim, with the mean token (of the kept tokens, or of the level with `summary_mean="level"`)
+    and the most recent tokens (`summary="mean_recent"`) or with
     Hierarchical Seed Pooling's tokens (`summary="hsp"`), which pool the layer's whole level, every token
     before the pyramid truncates it (rows of at most `max_len` tokens). A summary that does not `pool` (a
     Computation Skip layer that attends) is handed the pooled tokens of the layer before."""
 
     def __init__(self, config: SequenceConfig, embedding_dim: int, max_len: int, pools: bool = True) -> None:
         super().__init__()
-        self.kind, self.n_recent = config.summary, config.n_recent
+        self.kind, self.n_recent, self.mean_of_level = config.summary, config.n_recent, config.summary_mean == "level"
         self.n_tokens = summary_tokens(config)
         self.proj = nn.Linear(config.dim, embedding_dim)
         if self.kind == "hsp":
@@ -238,7 +239,8 @@ class SequenceSummary(nn.Module):
                 raise ValueError("a SequenceSummary that does not pool needs the pooled tokens of the layer before")
             parts = torch.cat([self.proj(cls_out), pooled], dim=1)  # [B, n_tokens, D]
             return torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2) * parts, pooled
-        mean = segment_mean(tokens, row_ids(lengths), lengths.numel()).unsqueeze(1)
+        averaged, averaged_lengths = (level, level_lengths) if self.mean_of_level else (tokens, lengths)
+        mean = segment_mean(averaged, row_ids(averaged_lengths), lengths.numel()).unsqueeze(1)
         parts = torch.cat([cls_out, mean, first_tokens(tokens, lengths, self.n_recent)], dim=1)  # [B, S, Ds]
         gate = torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2)
         return gate * self.proj(parts), None
