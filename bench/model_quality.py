@@ -40,11 +40,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
-    "gem-no-interleaving": {"model": {"interleave": False}},
+    # InterFormer's exchange at every layer, the default until the match rows made it level (docs/MODEL.md).
+    "gem-interleaving": {"model": {"interleave": True}},
     # Kunlun's parts (issue 16), one at a time over the default.
     "gem-window16": {"model": {"sequence": {"window": 16}}},
     "gem-gelu": {"model": {"sequence": {"activation": "gelu"}}},
-    "gem-gdpa-pffn": {"model": {"sequence": {"pffn": "gdpa"}}},
+    "gem-gdpa-pffn": {"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}},
     "gem-hsp": {"model": {"sequence": {"summary": "hsp"}}},
     "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
     "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},

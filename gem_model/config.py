@@ -626,8 +626,10 @@ class ModelConfig:
     All share the sparse arch and the representation heads (user/ad towers -> `repr_dim` unit
     vectors); gem, dlrm and dcnv2 also the multi-surface multi-task heads (`shared_dims`, then
     per-surface `surface_dims`) and differ in the interaction arch; `lr` (logistic regression) is one
-    linear map of the feature embeddings to the logits. `use_wukong`, `use_sequence` and
-    `interleave` switch GEM's parts off for ablations (see gem_model.models.gem).
+    linear map of the feature embeddings to the logits. `use_wukong` and `use_sequence` switch GEM's parts
+    off for ablations (see gem_model.models.gem); `interleave` exchanges summaries between Wukong and the
+    pyramid at every layer (InterFormer), off by default since the match rows made it level on clicks and a
+    loss on conversions (docs/MODEL.md, "The default's parts").
     """
 
     architecture: str = "gem"
@@ -643,7 +645,7 @@ class ModelConfig:
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
     use_wukong: bool = True
     use_sequence: bool = True
-    interleave: bool = True
+    interleave: bool = False
     dcn_layers: Count = 3
     dcn_rank: Count = 16
 
@@ -653,6 +655,9 @@ class ModelConfig:
             raise ConfigError(f"model.architecture={self.architecture!r} is not one of {list(ARCHITECTURES)}")
         if self.tasks != TASKS:
             raise ConfigError(f"model.tasks={self.tasks} must be {TASKS}: the heads model the funnel (ESMM)")
+        if self.sequence.pffn == "gdpa" and not self.interleave:
+            raise ConfigError("model.sequence.pffn='gdpa' personalises the events from the non-sequential side, "
+                              "which reaches only an interleaved pyramid: set model.interleave=true as well")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from gem_model.config import (
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
 # change these: last, issue 16's `model.sequence.match_candidate` on by default.
-PRESET_FINGERPRINTS = {"tiny": "31facdc35b", "small": "9d6f82fa17", "medium": "d40a89c2c7"}
+PRESET_FINGERPRINTS = {"tiny": "ac8f21f867", "small": "1e05c66b3f", "medium": "3615252ab3"}
 
 
 def test_presets_round_trip_through_json():
@@ -331,3 +331,10 @@ def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monk
         main(["demo"])
     assert str(exit_info.value).startswith(f"gem demo: config file {tmp_path / 'empty.json'} (GEM_CONFIG or --config) "
                                            "is empty")
+
+
+def test_a_gdpa_pffn_without_interleaving_is_refused():
+    """Without interleaving the pyramid gets nothing from the non-sequential side to personalise with."""
+    _refused({"model": {"sequence": {"pffn": "gdpa"}}},
+             "model.sequence.pffn='gdpa' personalises the events from the non-sequential side")
+    assert GemConfig.from_dict({"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}}).model.interleave

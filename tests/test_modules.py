@@ -24,17 +24,19 @@ from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
-ABLATIONS = [{}, {"use_wukong": False}, {"interleave": False}, {"use_sequence": False},
+ABLATIONS = [{}, {"use_wukong": False}, {"interleave": True}, {"use_sequence": False},
              # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights; the PFFN
-             # as GDPA with seed pooling; Computation Skip (which needs seed pooling); Wukong experts.
+             # as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without interleaving
+             # (the PFFN personalises only an interleaved pyramid); Wukong experts.
              {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},
-             {"sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
+             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
+             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
              {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
              {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
              {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")},
              # The target ad as a token of the events' space, with and without interleaving.
              {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             {"interleave": False, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
+             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
              # The events without the default's match rows; the summary's mean over the whole level.
              {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
              {"sequence": dataclasses.replace(CFG.model.sequence, summary_mean="level")}]

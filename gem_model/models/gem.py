@@ -4,8 +4,8 @@
       ├─ UserTower, AdTower -> unit user / ad embeddings [B, R] (representation heads: exported,
       │                        trained with the in-batch retrieval loss in GemTrain)
       └─ feature embeddings [B, F, D] + sequence
-           -> interaction arch: InterFormerArch (gem: Wukong x jagged attention pyramid,
-              interleaved), DLRMArch or DCNv2Arch (baselines)
+           -> interaction arch: InterFormerArch (gem: Wukong x jagged attention pyramid, joined at
+              the top or, with `interleave`, at every layer), DLRMArch or DCNv2Arch (baselines)
            -> MultiSurfaceHeads (shared + per-surface towers) -> logits [B, T]
       (`lr`, logistic regression: LinearArch -> LinearHeads, one linear map of the embeddings)
 

@@ -1,17 +1,18 @@
-"""InterFormerArch: GEM's interaction arch, Wukong and the sequence pyramid interleaved.
+"""InterFormerArch: GEM's interaction arch, Wukong and the sequence pyramid.
 
-Following InterFormer (Zeng et al., arXiv 2411.09852), the non-sequential arch (Wukong layers
-over the feature embeddings) and the sequence arch (the jagged attention pyramid) exchange
-summaries at every layer instead of meeting once at the top:
+With `ModelConfig.interleave`, following InterFormer (Zeng et al., arXiv 2411.09852), the
+non-sequential arch (Wukong layers over the feature embeddings) and the sequence arch (the jagged
+attention pyramid) exchange summaries at every layer instead of meeting once at the top:
 
     layer i:  cls_i, m_i = NonSeqSummary_i(X_i)               # X_i [B, n_i, D]; m_i the PFFN's message
               S_{i+1}, c_i = SequenceLayer_i(S_i, cls_i, m_i)    # S jagged [L_i, Ds]
               s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
               X_{i+1} = Wukong_i(concat(X_i, s_i))
 
-The output is flatten(X_last) ++ flatten(s_last). Ablations (ModelConfig): `use_wukong=False`
-swaps each Wukong layer for an MLP layer of the same output shape; `interleave=False` runs the
-pyramid with learned CLS tokens and no personalisation, and joins its summary only at the top;
+The output is flatten(X_last) ++ flatten(s_last). By default (`interleave=False`, since the events'
+match rows made the exchange level on clicks and a loss on conversions: docs/MODEL.md) the pyramid
+runs with learned CLS tokens and no personalisation, and its summary joins only at the top. Ablations
+(ModelConfig): `use_wukong=False` swaps each Wukong layer for an MLP layer of the same output shape;
 `use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
 `SequenceConfig.candidate_token` adds the target ad to every layer's CLS tokens as a token of the events'
 own space (target-aware attention), carried from layer to layer; `match_candidate` marks each event whose
