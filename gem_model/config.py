@@ -852,7 +852,8 @@ LATER_SETTINGS: dict[str, Any] = {
     "train": {"dense_weight_decay": 0.0, "sparse_weight_decay": 0.0},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
-                     "summary": "mean_recent", "summary_mean": "kept", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4, "comp_skip": False,
+                     "summary": "mean_recent", "summary_mean": "kept", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4,
+                     "comp_skip": False,
                      "keep_by": "recency", "dropout": 0.0, "candidate_token": False,
                      "match_candidate": False},
         "wukong": {"n_experts": 1},

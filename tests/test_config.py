@@ -23,7 +23,7 @@ from gem_model.config import (
 )
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
-# change these: last, issue 16's `model.sequence.match_candidate` on by default.
+# change these: last, issue 16's `model.interleave` off by default.
 PRESET_FINGERPRINTS = {"tiny": "ac8f21f867", "small": "1e05c66b3f", "medium": "3615252ab3"}
 
 

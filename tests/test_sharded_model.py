@@ -25,12 +25,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, root: Path) -> None:
+def _join(rank: int, port: int) -> DistEnv:
+    """This spawned process as one of two gloo ranks, on one thread."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.set_num_threads(1)
-    env = DistEnv(rank, 2, torch.device("cpu"), "gloo")
-    dmp, optimizer = build_sharded_model(CFG, env)
+    return DistEnv(rank, 2, torch.device("cpu"), "gloo")
+
+
+def _sharding_types(dmp) -> dict[str, str]:
+    return {t: s.sharding_type for plans in dmp.plan.plan.values() for t, s in plans.items()}
+
+
+def _worker(rank: int, port: int, root: Path) -> None:
+    dmp, optimizer = build_sharded_model(CFG, _join(rank, port))
     for step in range(3):  # train a little so the tables are not at their initial values
         table = random_examples(CFG.features, 32, seed=10 * step + rank, max_len=60)
         n = table.num_rows
@@ -46,8 +54,7 @@ def _worker(rank: int, port: int, root: Path) -> None:
                      torch.ones(32, dtype=torch.bool))
     torch.save({"logits": out.logits, "user": out.user_embedding}, root / f"rank{rank}.pt")
     save_checkpoint(dmp, root / "checkpoint")
-    plan = {t: s.sharding_type for plans in dmp.plan.plan.values() for t, s in plans.items()}
-    torch.save(plan, root / "plan.pt")
+    torch.save(_sharding_types(dmp), root / "plan.pt")
     dist.destroy_process_group()
 
 
@@ -71,7 +78,6 @@ def test_sharded_predictions_match_an_unsharded_copy(tmp_path):
         assert torch.allclose(out.user_embedding, sharded["user"], atol=1e-5)
 
 
-
 def _embedding_rows(dmp) -> dict[str, torch.Tensor]:
     """The rows of every table that this rank holds."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -86,20 +92,17 @@ def _embedding_rows(dmp) -> dict[str, torch.Tensor]:
 
 
 def _zero_loss_step(rank: int, port: int, root: Path, weight_decay: float) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    torch.set_num_threads(1)
+    env = _join(rank, port)
     # A small learning rate: Adagrad's first step moves each element by about the rate whatever the gradient's
     # size, and the initial rows are smaller than the default rate.
     cfg = GemConfig.from_dict({"train": {"sparse_weight_decay": weight_decay, "sparse_lr": 1e-3}}, base=CFG)
-    dmp, _ = build_sharded_model(cfg, DistEnv(rank, 2, torch.device("cpu"), "gloo"))
+    dmp, _ = build_sharded_model(cfg, env)
     before = _embedding_rows(dmp)
     table = random_examples(cfg.features, 32, seed=rank, max_len=60)
     n = table.num_rows
     loss, _ = dmp(features_to_kjt(table, cfg.features), torch.zeros(n), torch.zeros(n), torch.ones(n, dtype=torch.bool))
     (loss * 0).backward()  # the fused optimizer steps in backward, here on the L2's gradient alone
-    plan = {t: s.sharding_type for plans in dmp.plan.plan.values() for t, s in plans.items()}
-    torch.save({"before": before, "after": _embedding_rows(dmp), "plan": plan}, root / f"rows{rank}.pt")
+    torch.save({"before": before, "after": _embedding_rows(dmp), "plan": _sharding_types(dmp)}, root / f"rows{rank}.pt")
     dist.destroy_process_group()
 
 
