@@ -78,7 +78,7 @@ def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
     newest = F.array_max(F.transform(recent, lambda e: e["ts"]))
     clock = age_bucket(newest, F.col("ts"), len(CLOCK))  # null without such an event: every indicator 0
     return examples.select(
-        "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
+        "impression_id", "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
         F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
         in_segment(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day"))
         .alias("interaction"),
@@ -169,13 +169,19 @@ class Task:
                     {name: torch.tensor(np.flatnonzero(mask)) for name, mask in masks.items()})
 
 
-def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[float, float, float]:
-    """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
+def best_fit(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[WellSpecified, float]:
+    """The learner refit on every training day with the penalty that scored best on the last one, and that penalty."""
     d, labels, index = task.design, task.labels, task.index
     scores = {p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
               for p in PENALTIES}
     best = min(scores, key=scores.get)
-    return *evaluate(fit(d, labels, index["train"], biases, terms, best), d, labels, index["holdout"]), best
+    return fit(d, labels, index["train"], biases, terms, best), best
+
+
+def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[float, float, float]:
+    """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
+    model, best = best_fit(task, biases, terms)
+    return *evaluate(model, task.design, task.labels, task.index["holdout"]), best
 
 
 def main(argv: list[str] | None = None) -> None:

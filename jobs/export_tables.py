@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from gem_model.config import FeatureSpec
+from gem_model.data.loader import require_mapping
 from gem_model.export.layout import SCORED_TABLES, SUCCESS_FILE
 from gem_model.paths import GemPaths
 from jobs.lake import read_table, replace_partition
@@ -37,6 +38,8 @@ def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds
                      files: int) -> int:
     """Write the users' scoring input for `ds` to `out` (Parquet); returns its row count."""
     sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
+    for table in ("silver.user_features", "gold.user_sequences"):
+        require_mapping(paths.table(table), spec.mapping, reader=True)
     users = read_table(spark, paths.table("silver.user_features")).select(
         "user_id", *(f.idx_column for f in spec.side("user")))
     sequences = read_table(spark, paths.table("gold.user_sequences")).where(F.col("ds") == F.lit(ds)).select(

@@ -62,7 +62,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
     spec = loaded.config.features
     user, ad = ([f.idx_column for f in spec.side(side)] for side in ("user", "ad"))
     sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
-    examples = open_delta(paths.table("gold.training_examples"))
+    examples = open_delta(paths.table("gold.training_examples"), spec=spec)
     day = ds_filter(ds, ds + timedelta(days=1))
     if examples.count_rows(filter=day) == 0:
         raise ValueError(f"gold.training_examples has no rows for ds={ds}; materialise that partition first")
@@ -72,7 +72,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
     return {
         "user_embeddings": ScoringInput(pads.dataset(users, format="parquet"), None, ["user_id", *user, *sequence],
                                         lambda m, t, d: score_embeddings(m, t, "user_id", d)),
-        "ad_embeddings": ScoringInput(open_delta(paths.table("silver.ad_features")), None, ["ad_id", *ad],
+        "ad_embeddings": ScoringInput(open_delta(paths.table("silver.ad_features"), spec=spec), None, ["ad_id", *ad],
                                       lambda m, t, d: score_embeddings(m, t, "ad_id", d)),
         "teacher_logits": ScoringInput(examples, day, ["impression_id", "user_id", "ad_id", "surface",
                                                        *(f.idx_column for f in spec.features), *sequence],

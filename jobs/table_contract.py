@@ -76,7 +76,8 @@ def optional(*columns: Column) -> tuple[Column, ...]:
 
 def idx(feature: str) -> Column:
     """The `<feature>_idx` column: the feature's embedding row (docs/tables.md, silver)."""
-    return Column(f"{feature}_idx", "bigint", f"embedding row of `{feature}` (hashed; 0 when it is null)")
+    return Column(f"{feature}_idx", "bigint",
+                  f"embedding row of `{feature}` (by its `encoding`, hashed or modulo; 0 when it is null)")
 
 
 USER_ID = Column("user_id", "bigint", "the user")
@@ -121,14 +122,14 @@ def sequence(before: str) -> tuple[Column, ...]:
     return (Column("seq_item_ids", "array<bigint>", f"the items of the user's events {before}, most recent first"),
             Column("seq_ts", "array<timestamp>", "the events' times"),
             Column("seq_actions", "array<string>", "the events' actions"),
-            Column("seq_item_idx", "array<bigint>", "the items' embedding rows (hashed like `ad_id_idx`)"),
+            Column("seq_item_idx", "array<bigint>", "the items' embedding rows (mapped like `ad_id_idx`)"),
             Column("seq_action_idx", "array<bigint>", "the hashed actions"),
             Column("seq_age_idx", "array<bigint>",
                    f"each event's age {before}: floor(log2(1 + minutes)), capped at `age_buckets - 1`"))
 
 
 SEQ_CATEGORY = Column("seq_category_idx", "array<bigint>", "each event item's `category` from `silver.ad_features`, "
-                      "hashed like `category_idx` (0 when the item is no ad there)", optional=True)
+                      "mapped like `category_idx` (0 when the item is no ad there)", optional=True)
 
 
 SEQUENCE_NOTES = "one `seq_<attribute>_idx` per `FeatureSpec.sequence_item_attributes` (default `category`)"

@@ -1,5 +1,6 @@
 """Spark transforms: point-in-time sequences, hashing, and idempotent partition writes."""
 
+import dataclasses
 from datetime import date, datetime
 
 import pytest
@@ -157,3 +158,57 @@ def test_replacing_a_partition_twice_never_duplicates(spark, tmp_path):
     assert read_table(spark, path).count() == 4
     with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|DELTA_REPLACE_WHERE"):
         replace_partition(events, path, {"ds": DS})  # rows of other days are refused
+
+
+def test_modulo_gives_dense_ids_a_row_each_and_refuses_a_column_without_integers(spark):
+    feature = SparseFeature("user_id", 8, "user", "modulo")
+    df = spark.createDataFrame([Row(v=1), Row(v=7), Row(v=8), Row(v=None)], "v bigint")
+    assert [r[0] for r in df.select(tables.embedding_row(df.v, feature)).collect()] == [2, 1, 2, 0]
+    dense = spark.range(1, 5001).select(tables.embedding_row(F.col("id"), SparseFeature("user_id", 16384, "user",
+                                                                                        "modulo")).alias("row"))
+    assert dense.distinct().count() == 5000  # hashed into the same rows, 27% of these users would share one
+    users = spark.createDataFrame([Row(user_id="u1", age_bucket="18-24", country="US", device="ios")])
+    with pytest.raises(ConfigError, match=r"\{'user_id': 'string'\} use encoding 'modulo'.*'hash'"):
+        tables.silver_user_features(users, FeatureSpec())
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
+def test_no_two_of_the_synthetic_worlds_values_share_a_row(spark, preset):
+    from gem_model.config import SURFACES, GemConfig
+    from jobs.features.world import AD_FORMATS, AGE_BUCKETS, COUNTRIES, DEVICES, OBJECTIVES
+
+    cfg = GemConfig.load(preset)
+    w = cfg.world
+    values = {"age_bucket": AGE_BUCKETS, "country": COUNTRIES, "device": DEVICES, "ad_format": AD_FORMATS,
+              "objective": OBJECTIVES, "surface": SURFACES, "position": range(1, 6), "hour_of_day": range(24),
+              "user_id": range(1, w.n_users + 1), "ad_id": range(1, w.n_ads + 1),
+              "advertiser_id": range(1, w.n_advertisers + 1), "category": range(w.n_categories)}
+    assert set(values) == {f.name for f in cfg.features.features}
+    for name, domain in values.items():
+        df = (spark.createDataFrame([(v,) for v in domain], "v string") if isinstance(domain, tuple)
+              else spark.range(domain.start, domain.stop).withColumnRenamed("id", "v"))
+        rows = df.select(tables.embedding_row(df.v, cfg.features.by_name(name)).alias("row"))
+        assert rows.distinct().count() == df.count(), f"{preset}: values of {name} share a row"
+
+
+def test_a_feature_table_takes_and_serves_rows_of_one_mapping_only(spark, tmp_path):
+    from gem_model.data.loader import MAPPING_KEY, FeatureMappingError, open_delta, require_mapping
+
+    path = tmp_path / "lake" / "gold" / "training_examples"
+    day = spark.createDataFrame([Row(ds=DS, x=1)])
+    old, new = FeatureSpec(), FeatureSpec(features=tuple(
+        dataclasses.replace(f, encoding="hash") for f in FeatureSpec().features))
+    assert old.mapping != new.mapping
+    replace_partition(day, path, {"ds": DS})  # a table written before mappings were recorded
+    with pytest.raises(FeatureMappingError, match=r"gold.training_examples was built before feature mappings were "
+                                                  r"recorded.*remove .*silver/user_features.*bronze stays"):
+        require_mapping(path, old.mapping)
+    replace_partition(day, path, {"ds": DS}, commit_info={MAPPING_KEY: old.mapping})
+    require_mapping(path, old.mapping)  # the same mapping: the next day may be written
+    assert open_delta(path, spec=old).count_rows() == 1
+    with pytest.raises(FeatureMappingError, match=f"built with feature mapping {old.mapping}.*as {new.mapping}"):
+        require_mapping(path, new.mapping)
+    with pytest.raises(FeatureMappingError, match="Use the config that built it"):
+        open_delta(path, spec=new)
+    with pytest.raises(FeatureMappingError, match="before feature mappings were recorded"):
+        open_delta(path, version=0, spec=old)  # pinned to the commit before the mapping was recorded

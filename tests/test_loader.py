@@ -1,5 +1,6 @@
 """The Delta -> KeyedJaggedTensor loader: sharding across ranks, padding, jagged sequences."""
 
+import json
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from pyspark.sql import Row
 
 from gem_model.config import FeatureSpec
-from gem_model.data.loader import ExampleStream, features_to_kjt, scan_rank
+from gem_model.data.loader import MAPPING_KEY, ExampleStream, features_to_kjt, scan_rank
 
 pytestmark = pytest.mark.spark
 SPEC = FeatureSpec()
@@ -26,7 +27,12 @@ def _write_examples(spark, path, n):
                         seq_action_idx=[1] * (i % 4), seq_age_idx=[2] * (i % 4), seq_category_idx=[3] * (i % 4),
                         **row))
     # Several files per day, so ranks can be given whole files.
-    spark.createDataFrame(rows).repartition(5).write.format("delta").partitionBy("ds").save(str(path))
+    _mapped(spark.createDataFrame(rows).repartition(5).write).partitionBy("ds").save(str(path))
+
+
+def _mapped(writer):
+    """A Delta writer whose commit records SPEC's feature mapping, as the feature jobs' do."""
+    return writer.format("delta").option("userMetadata", json.dumps({MAPPING_KEY: SPEC.mapping}))
 
 
 def test_ranks_read_disjoint_files_and_step_in_lockstep(spark, tmp_path):
@@ -90,7 +96,7 @@ def test_misaligned_sequence_side_column_is_an_error():
 
 def test_missing_feature_column_names_the_fix(spark, tmp_path):
     path = tmp_path / "bad"
-    spark.createDataFrame([Row(ds=date(2026, 11, 1), x=1)]).write.format("delta").save(str(path))
+    _mapped(spark.createDataFrame([Row(ds=date(2026, 11, 1), x=1)]).write).save(str(path))
     with pytest.raises(ValueError, match="lacks columns .*user_id_idx.*FeatureSpec"):
         ExampleStream(path, SPEC, batch_size=4)
 

@@ -8,6 +8,7 @@ import pytest
 from jobs.table_contract import CONTRACT, FIX, Column, TableContract, main, render_doc, schema_violations
 
 DOC = Path(__file__).parents[1] / "docs" / "tables.md"
+IDX = "(by its `encoding`, hashed or modulo; 0 when it is null)"
 
 
 def test_docs_tables_md_holds_the_tables_the_contract_generates():
@@ -38,7 +39,7 @@ def test_a_doc_without_a_layer_block_is_refused(tmp_path):
 def test_optional_columns_are_described_but_not_required():
     silver = CONTRACT["silver.user_features"]
     assert silver.columns == {"user_id": "bigint", "user_id_idx": "bigint"}
-    assert silver.descriptions["age_bucket_idx"] == "embedding row of `age_bucket` (hashed; 0 when it is null)"
+    assert silver.descriptions["age_bucket_idx"] == f"embedding row of `age_bucket` {IDX}"
     assert schema_violations("silver.user_features", {"user_id": "bigint", "user_id_idx": "bigint"}) == []
     assert schema_violations("silver.user_features", {"user_id": "bigint", "age_bucket_idx": "bigint"}) == [
         "missing column user_id_idx (bigint)"]
@@ -72,7 +73,7 @@ def test_materialised_table_metadata_carries_the_contract_descriptions(spark, tm
     assert [c.name for c in schema.columns] == ["user_id", "user_id_idx", "age_bucket", "dataset_score"]
     assert columns["user_id"].description == "key: the user"
     assert columns["user_id"].constraints.nullable is False
-    assert columns["user_id_idx"].description == "embedding row of `user_id` (hashed; 0 when it is null)"
+    assert columns["user_id_idx"].description == f"embedding row of `user_id` {IDX}"
     assert columns["age_bucket"].description == "the user's age bucket"  # optional: described, not required
     assert columns["age_bucket"].constraints.nullable is True
     assert columns["dataset_score"].description is None  # a column the contract does not know

@@ -11,6 +11,7 @@ in lockstep and no row is dropped. Memory is bounded by the shuffle buffer.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,13 +32,58 @@ LABEL_COLUMNS = ("clicked", "converted")
 TRUTH_COLUMNS = ("p_click", "p_convert")
 
 
-def open_delta(path: Path, version: int | None = None) -> pads.Dataset:
-    """An Arrow dataset over the Delta table at `path`, at `version` (latest when None)."""
+def open_delta(path: Path, version: int | None = None, spec: FeatureSpec | None = None) -> pads.Dataset:
+    """An Arrow dataset over the Delta table at `path`, at `version` (latest when None); with `spec`, a feature
+    table whose rows must have been mapped to embedding rows as `spec` maps them (`require_mapping`)."""
     if not (Path(path) / "_delta_log").is_dir():
         raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
     from deltalake import DeltaTable  # here, not at import: the model and its GPU check run without Delta
 
+    if spec is not None:
+        require_mapping(Path(path), spec.mapping, version, reader=True)
     return DeltaTable(str(path), version=version).to_pyarrow_dataset()
+
+
+class FeatureMappingError(ValueError):
+    pass
+
+
+# The commit metadata key of the feature mapping (`FeatureSpec.mapping`) a feature table's rows were written with.
+MAPPING_KEY = "feature_mapping"
+# Removed and rebuilt to move a lake to another mapping: bronze stays, and each of these is derived from it.
+FEATURE_TABLES = ("silver/user_features", "silver/ad_features", "gold/user_sequences", "gold/training_examples")
+
+
+def recorded_mapping(path: Path, version: int | None = None) -> str | None:
+    """The mapping of the newest commit (at or before `version`) that recorded one; None when none did."""
+    from deltalake import DeltaTable
+
+    for commit in DeltaTable(str(path)).history():  # newest first
+        if version is not None and commit.get("version", -1) > version:
+            continue
+        info = json.loads(commit.get("userMetadata") or "{}")
+        if MAPPING_KEY in info:
+            return str(info[MAPPING_KEY])
+    return None
+
+
+def require_mapping(path: Path, mapping: str, version: int | None = None, reader: bool = False) -> None:
+    """A `FeatureMappingError` unless the rows of the feature table at `path` (if any) were mapped with `mapping`:
+    a writer about to add a day, or a `reader` (training, scoring) whose model maps values that way."""
+    if not (path / "_delta_log").is_dir():
+        return
+    found = recorded_mapping(path, version)
+    if found == mapping:
+        return
+    built = f"with feature mapping {found}" if found else "before feature mappings were recorded"
+    tables = ", ".join(str(path.parents[1] / t) for t in FEATURE_TABLES)
+    rebuild = (f"rebuild the lake's feature tables with this config: remove {tables} (bronze stays) and materialise "
+               "the feature assets again (`make demo`, or `python -m jobs.build_features`)")
+    fix = (f"Use the config that built it (a model keeps its features), or {rebuild}" if reader
+           else f"To move the lake to this mapping, {rebuild}")
+    raise FeatureMappingError(
+        f"{path.parent.name}.{path.name} was built {built}; this config's features map values to embedding rows as "
+        f"{mapping} (features.features' buckets or encodings differ), and rows mapped two ways must not meet. {fix}")
 
 
 def ds_filter(start: date | None, end: date | None) -> pc.Expression | None:
@@ -152,7 +198,7 @@ class ExampleStream:
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.spec, self.batch_size, self.rank, self.world_size = spec, batch_size, rank, world_size
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
-        self.dataset = open_delta(path, version)
+        self.dataset = open_delta(path, version, spec)
         self.filter = ds_filter(start, end)
         wanted = [f.idx_column for f in spec.features] + [spec.sequence_idx_column, *spec.sequence_side_columns,
                                                           *LABEL_COLUMNS, *KEY_COLUMNS]

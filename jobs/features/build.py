@@ -12,6 +12,7 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame, SparkSession
 
 from gem_model.config import GemConfig
+from gem_model.data.loader import MAPPING_KEY, require_mapping
 from gem_model.paths import GemPaths
 from jobs.features import tables
 from jobs.features.bronze import Landing, land, require_landed
@@ -59,14 +60,26 @@ def build_silver(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: st
                          "silver.ad_features": ("bronze.ads", tables.silver_ad_features)}[table]
     require_landed(paths, source, [WHOLE_TABLE])
     bronze = read_table(spark, paths.table(source))
-    return overwrite_table(transform(bronze, cfg.features), paths.table(table))
+    return overwrite_table(transform(bronze, cfg.features), paths.table(table), commit_info=_mapped(cfg))
+
+
+def _mapped(cfg: GemConfig) -> dict[str, str]:
+    """The commit metadata that records the feature mapping of the rows written."""
+    return {MAPPING_KEY: cfg.features.mapping}
+
+
+def _replace_day(df: DataFrame, cfg: GemConfig, paths: GemPaths, table: str, ds: date) -> int:
+    """Replace day `ds` of a daily feature table, refused if its other days were mapped another way."""
+    path = paths.table(table)
+    require_mapping(path, cfg.features.mapping)
+    return replace_partition(df, path, {"ds": ds}, commit_info=_mapped(cfg))
 
 
 def build_user_sequences(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
     require_landed(paths, "bronze.events", _event_days(cfg, ds))
     df = tables.user_sequences(read_table(spark, paths.table("bronze.events")),
                                read_table(spark, paths.table("silver.ad_features")), cfg.features, ds)
-    return replace_partition(df, paths.table("gold.user_sequences"), {"ds": ds})
+    return _replace_day(df, cfg, paths, "gold.user_sequences", ds)
 
 
 def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
@@ -79,4 +92,4 @@ def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths
         read_table(spark, paths.table("silver.user_features")), read_table(spark, paths.table("silver.ad_features")),
         cfg.features, ds,
     )
-    return replace_partition(df, paths.table("gold.training_examples"), {"ds": ds})
+    return _replace_day(df, cfg, paths, "gold.training_examples", ds)

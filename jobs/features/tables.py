@@ -1,10 +1,11 @@
 """Pure DataFrame -> DataFrame transforms from bronze to the silver and gold feature tables.
 
 Categorical columns are mapped to embedding rows here, once, from the shared `FeatureSpec`:
-`<feature>_idx` = 1 + pmod(xxhash64(string value), buckets - 1), and row 0 is reserved for a
-missing value (null attribute, or an impression whose user or ad has no dimension row). Hashing
-needs no vocabulary, so an id never seen in training (a cold-start ad) still gets a row and
-shares it with few others; the loader and the model only read these columns.
+`<feature>_idx` = 1 + pmod(xxhash64(string value), buckets - 1) for a hashed feature, 1 + pmod(id,
+buckets - 1) for an integer id by modulo (`SparseFeature.encoding`), and row 0 is reserved for a
+missing value (null attribute, or an impression whose user or ad has no dimension row). Neither
+needs a vocabulary, so an id never seen in training (a cold-start ad) still gets a row; the loader
+and the model only read these columns.
 
 Sequences are point-in-time correct: an impression's sequence holds only events strictly before
 its `ts`, most recent first, within `lookback_days`, truncated to `max_seq_len`. Each user's
@@ -19,8 +20,9 @@ from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegralType
 
-from gem_model.config import ConfigError, FeatureSpec
+from gem_model.config import ConfigError, FeatureSpec, SparseFeature
 
 MISSING_ROW = 0
 SEQUENCE_FIELDS = ("ts", "item_id", "action")
@@ -31,6 +33,23 @@ def hashed(col: Column, buckets: int) -> Column:
     """Embedding row of a categorical value: stable across Spark versions, languages and runs."""
     row = F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets - 1)) + 1
     return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+
+
+def embedding_row(col: Column, feature: SparseFeature) -> Column:
+    """The row of `feature`'s value `col` by its encoding (the column must be integral for `modulo`)."""
+    if feature.encoding == "hash":
+        return hashed(col, feature.buckets)
+    row = (F.pmod(col, F.lit(feature.buckets - 1)) + 1).cast("bigint")
+    return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+
+
+def require_integral(df: DataFrame, features: tuple[SparseFeature, ...]) -> None:
+    """A ConfigError naming each `modulo` feature whose column holds no integers (pmod would make them null)."""
+    wrong = {f.name: df.schema[f.name].dataType.simpleString() for f in features
+             if f.encoding == "modulo" and not isinstance(df.schema[f.name].dataType, IntegralType)}
+    if wrong:
+        raise ConfigError(f"features.features: {wrong} use encoding 'modulo', which maps integer ids; give these "
+                          "columns integer values or set their encoding to 'hash'")
 
 
 # Where each side's feature values come from, for the error that names a missing one.
@@ -49,8 +68,9 @@ def require_features(df: DataFrame, spec: FeatureSpec, side: str) -> None:
 
 
 def with_feature_indices(df: DataFrame, spec: FeatureSpec, *sides: str) -> DataFrame:
-    cols = [hashed(F.col(f.name), f.buckets).alias(f.idx_column) for side in sides for f in spec.side(side)]
-    return df.select("*", *cols)
+    features = tuple(f for side in sides for f in spec.side(side))
+    require_integral(df, features)
+    return df.select("*", *[embedding_row(F.col(f.name), f).alias(f.idx_column) for f in features])
 
 
 def observable(df: DataFrame) -> DataFrame:
@@ -102,17 +122,17 @@ def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list
         items.cast("array<bigint>").alias(spec.sequence_feature),
         F.transform(recent, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
         F.transform(recent, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
-        F.transform(items, lambda x: hashed(x, table.buckets)).alias(spec.sequence_idx_column),
+        F.transform(items, lambda x: embedding_row(x, table)).alias(spec.sequence_idx_column),
         F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
         F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
-        *(F.transform(recent, _hashed_field(name, spec.by_name(name).buckets)).alias(column)
+        *(F.transform(recent, _field_row(spec.by_name(name))).alias(column)
           for name, column in spec.sequence_attribute_columns.items()),
     ]
 
 
-def _hashed_field(field: str, buckets: int) -> Callable[[Column], Column]:
+def _field_row(feature: SparseFeature) -> Callable[[Column], Column]:
     """An element function for F.transform (which passes the index to a second parameter)."""
-    return lambda e: hashed(e[field], buckets)
+    return lambda e: embedding_row(e[feature.name], feature)
 
 
 def user_sequences(events: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
