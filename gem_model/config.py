@@ -110,7 +110,7 @@ class Distinct:
 Count = Annotated[int, AtLeast(1)]  # sizes, counts, dims, epochs, process counts
 NonNegativeInt = Annotated[int, AtLeast(0)]
 Seed = Annotated[int, AtLeast(0)]
-Buckets = Annotated[int, AtLeast(2)]  # hashed ids land in rows 1..buckets-1; row 0 is the missing value
+Buckets = Annotated[int, AtLeast(2)]  # values land in rows 1..buckets-1; row 0 is the missing value
 Positive = Annotated[float, Above(0)]  # learning rates, temperatures, scales
 NonNegative = Annotated[float, AtLeast(0)]  # loss weights, penalties, spreads
 Fraction = Annotated[float, Between(0, 1)]
@@ -424,7 +424,7 @@ class FeatureSpec:
 
     features: Annotated[tuple[SparseFeature, ...], NonEmpty()] = (
         # Integer ids by modulo, labels hashed into enough rows that the synthetic world's never share one
-        # (tests/test_features.py checks it): a feature whose values share rows can't tell them apart.
+        # (tests/test_feature_tables.py checks it): a feature whose values share rows can't tell them apart.
         SparseFeature("user_id", 4096, "user", "modulo"),
         SparseFeature("age_bucket", 64, "user"),
         SparseFeature("country", 64, "user"),
