@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from learnable_ceiling import CLICK_TERMS, Task, best_fit, learner_rows  # bench/ is on sys.path as a script
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from gem_model.config import GemConfig
@@ -43,12 +43,9 @@ from jobs.features.world import (
     OBJECTIVE_CLICK_BIAS,
     POSITION_PENALTY,
     RECENCY_BOOST,
-    RECENCY_HALF_LIFE_H,
     SURFACE_CLICK_BIAS,
     Source,
-    decayed,
-    hours_since_last,
-    in_segment,
+    _lookup,
 )
 from jobs.lake import read_table
 from jobs.spark_session import build_spark_session
@@ -58,15 +55,9 @@ INTERCEPT = -3.0  # the world's click-logit constant
 CHUNK_ROWS = 8192
 
 
-def _lookup(table: dict[str, float], column: Column) -> Column:
-    expr = F.lit(None).cast("double")
-    for key, value in table.items():
-        expr = F.when(column == key, F.lit(value)).otherwise(expr)
-    return expr
-
-
-def true_terms(examples: DataFrame, world: Source, cfg: GemConfig) -> pd.DataFrame:
-    """The holdout's impressions with each term of the world's click logit and that logit itself."""
+def true_terms(examples: DataFrame, world: Source, cfg: GemConfig, rows: pd.DataFrame) -> pd.DataFrame:
+    """The holdout's impressions with each term of the world's click logit and that logit itself; the recency and
+    the segment are the learner's own columns of `rows` (`learner_rows`), scaled by the world's strengths."""
     w = cfg.world
     holdout = [d for d in w.days if d >= w.holdout_start]
     train = [d for d in w.days if d < w.holdout_start]
@@ -76,10 +67,7 @@ def true_terms(examples: DataFrame, world: Source, cfg: GemConfig) -> pd.DataFra
     for d in holdout:
         day_drift = F.when(F.col("ds") == F.lit(d), world.drift(aid, d)).otherwise(day_drift)
     category = world._category(aid)
-    events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"))
-    related = F.filter(events, lambda e: (world._category(e["item"]) == category)
-                       & (e["ts"] >= F.to_timestamp(F.date_sub("ds", 1))) & (e["ts"] < F.col("ts")))
-    return examples.where(F.col("ds") >= F.lit(w.holdout_start)).select(
+    truth = examples.where(F.col("ds") >= F.lit(w.holdout_start)).select(
         "impression_id", "user_id", F.col("clicked").cast("int").alias("clicked"),
         F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("true_logit"),
         (1.6 * (category == world._interest(uid, "primary")).cast("double")
@@ -87,11 +75,13 @@ def true_terms(examples: DataFrame, world: Source, cfg: GemConfig) -> pd.DataFra
         (0.7 * world._quality(aid) + mean_drift).alias("ad"),
         (_lookup(SURFACE_CLICK_BIAS, F.col("surface")) + _lookup(OBJECTIVE_CLICK_BIAS, world._objective(aid))
          - POSITION_PENALTY * (F.col("position") - 1)).alias("context"),
-        (RECENCY_BOOST * decayed(hours_since_last(related, F.col("ts")), RECENCY_HALF_LIFE_H)).alias("recency"),
-        (INTERACTION_STRENGTH * in_segment(F.col("age_bucket"), F.col("ad_format"), F.col("surface"),
-                                           F.col("hour_of_day"))).alias("segment"),
         (day_drift - mean_drift).alias("unseen_drift"),
     ).toPandas()
+    sequence = rows[["impression_id", "recency", "interaction"]]
+    truth = truth.merge(sequence, on="impression_id", how="left", validate="one_to_one")
+    truth["recency"] *= RECENCY_BOOST
+    truth["segment"] = INTERACTION_STRENGTH * truth.pop("interaction")
+    return truth
 
 
 def model_logits(model_dir: Path, cfg: GemConfig) -> tuple[pd.DataFrame, float]:
@@ -153,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     spark = build_spark_session()
     world = Source(spark, cfg)
     examples = read_table(spark, GemPaths.from_env().table("gold.training_examples"))
-    truth = true_terms(examples, world, cfg)
     rows = learner_rows(examples, world)
+    truth = true_terms(examples, world, cfg, rows)
     spark.stop()
 
     if truth[list(TERMS)].isna().any().any():

@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spec = GemConfig.load(args.preset).features
     path = GemPaths.from_env().table("gold.training_examples")
-    dataset = open_delta(path)
+    table = open_delta(path).to_table(columns=[c for f in spec.features for c in (f.name, f.idx_column)])
     print(f"{path}: feature mapping {recorded_mapping(path) or 'not recorded'} (this config's: {spec.mapping})")
     print("| feature | values | rows they use | values sharing a row |\n|---|---|---|---|")
     for f in spec.features:
-        pairs = dataset.to_table(columns=[f.name, f.idx_column]).group_by([f.name, f.idx_column]).aggregate([])
+        pairs = table.group_by([f.name, f.idx_column]).aggregate([])
         pairs = pairs.filter(pa.compute.is_valid(pairs[f.name]))
         per_row = pairs.group_by(f.idx_column).aggregate([(f.name, "count")])[f"{f.name}_count"].to_numpy()
         print(f"| {f.name} | {pairs.num_rows:,} | {len(per_row):,} | {int(per_row[per_row > 1].sum()):,} |")

@@ -29,18 +29,20 @@ SEQUENCE_FIELDS = ("ts", "item_id", "action")
 HOUR_OF_DAY = "hour_of_day"  # derived from the impression's `ts` in the session time zone (UTC)
 
 
+def _or_missing(col: Column, row: Column) -> Column:
+    return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+
+
 def hashed(col: Column, buckets: int) -> Column:
     """Embedding row of a categorical value: stable across Spark versions, languages and runs."""
-    row = F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets - 1)) + 1
-    return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+    return _or_missing(col, F.pmod(F.xxhash64(col.cast("string")), F.lit(buckets - 1)) + 1)
 
 
 def embedding_row(col: Column, feature: SparseFeature) -> Column:
     """The row of `feature`'s value `col` by its encoding (the column must be integral for `modulo`)."""
     if feature.encoding == "hash":
         return hashed(col, feature.buckets)
-    row = (F.pmod(col, F.lit(feature.buckets - 1)) + 1).cast("bigint")
-    return F.when(col.isNull(), F.lit(MISSING_ROW).cast("bigint")).otherwise(row)
+    return _or_missing(col, (F.pmod(col, F.lit(feature.buckets - 1)) + 1).cast("bigint"))
 
 
 def require_integral(df: DataFrame, features: tuple[SparseFeature, ...]) -> None:
