@@ -15,7 +15,8 @@ is read back, not retrained. Training compute C = dense FLOPs of one training st
 seen. Per architecture and task, least squares over every run fits log NE = log a - alpha log C; alpha
 is the power-law exponent (steeper = larger) and its 95% interval uses Student's t on the fit's
 standard error. The plot shows NE against C on log-log axes with each fit. `--rungs` fits a part of
-the ladder (the second command: below its largest rung) from the same runs.
+the ladder (the second command: below its largest rung) from the same runs; with one size it trains
+and lists the runs without a fit.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             c = [r["compute"] for r in runs]
             ne = [r["metrics"][f"{task}/ne"] for r in runs]
             line = ax.loglog(c, ne, "o", label=arch, alpha=0.8)[0]
+            if arch not in results["fits"]:
+                continue
             fit = results["fits"][arch][task]
             grid = np.geomspace(min(c), max(c), 20)
             ax.loglog(grid, np.exp(fit["log_a"]) * grid ** -fit["alpha"], "-", color=line.get_color(),
@@ -177,9 +180,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {arch} | {rung} | {seed} | {flops / 1e6:.2f} | {seen:,} | {flops * seen:.3g} | "
                       f"{overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |", flush=True)
         results["runs"][arch] = runs
+        if len(rungs) < 2:  # every run at one compute: no slope to fit
+            continue
         results["fits"][arch] = {task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"]
                                                                                 for r in runs]) for task in TASKS}
-    print("\n| model | task | alpha (NE ∝ C^-alpha) | 95% interval | points |\n|---|---|---|---|---|")
+    if results["fits"]:
+        print("\n| model | task | alpha (NE ∝ C^-alpha) | 95% interval | points |\n|---|---|---|---|---|")
     for arch, fits in results["fits"].items():
         for task, fit in fits.items():
             print(f"| {arch} | {task} | {fit['alpha']:.5f} | [{fit['alpha_low']:.5f}, {fit['alpha_high']:.5f}] | "

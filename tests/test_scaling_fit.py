@@ -35,3 +35,9 @@ def test_an_unknown_size_is_refused_with_the_sizes_to_choose_from(capsys):
         scaling.main(["--rungs", "s,xl"])
     assert exit_.value.code == 2
     assert "--rungs: unknown sizes ['xl']; choose from xs,s,m,l" in capsys.readouterr().err
+
+
+def test_plot_of_one_size_draws_its_runs_without_a_fit(tmp_path):
+    runs = [{"compute": 1e12, "metrics": {"ctr/ne": ne, "cvr/ne": ne}} for ne in (0.86, 0.87)]
+    scaling.plot({"preset": "tiny", "runs": {"gem": runs}, "fits": {}}, tmp_path / "s.png")
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
