@@ -5,6 +5,8 @@
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 \
         --out docs/scaling.json --plot docs/scaling.png
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs xs,s,m
+    GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs l --window-days 1,2,3,0 \
+        --out docs/scaling_data.json --plot docs/scaling_data.png
 
 Each architecture climbs a ladder of sizes (`LADDERS`: overrides that widen its dense arches together;
 the sparse tables and the data stay the same). Each (architecture, size, seed) is trained for one epoch
@@ -16,7 +18,10 @@ seen. Per architecture and task, least squares over every run fits log NE = log 
 is the power-law exponent (steeper = larger) and its 95% interval uses Student's t on the fit's
 standard error. The plot shows NE against C on log-log axes with each fit. `--rungs` fits a part of
 the ladder (the second command: below its largest rung) from the same runs; with one size it trains
-and lists the runs without a fit.
+and lists the runs without a fit. `--window-days` is the data axis (the third command): each size is
+also trained on only the last N days before the holdout (`train.window_days`; 0: every day), so that
+the examples, and with them the compute, grow at a fixed size; every (size, window) run of an
+architecture is a point of its fit.
 """
 
 from __future__ import annotations
@@ -25,18 +30,17 @@ import argparse
 import json
 import math
 import os
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.dataset as ds
 import torch
 from deltalake import DeltaTable
 from model_quality import train  # bench/ is on sys.path when run as a script
 from train_throughput import dense_flops_per_example
 
 from gem_model.config import GemConfig
+from gem_model.data.loader import ds_filter
 from gem_model.paths import GemPaths
 
 EPOCHS = 1
@@ -77,15 +81,15 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          30: 2.042}
 
 
-def training_rows(table: Path, version: int, holdout_start: date) -> int:
-    """Rows of the training days (before the holdout) in `version` of gold.training_examples."""
+def training_rows(table: Path, version: int, cfg: GemConfig) -> int:
+    """Rows of `cfg`'s training days (its window before the holdout) in `version` of gold.training_examples."""
     dataset = DeltaTable(str(table), version=version).to_pyarrow_dataset()
-    return dataset.count_rows(filter=ds.field("ds") < holdout_start)
+    return dataset.count_rows(filter=ds_filter(cfg.train_start, cfg.world.holdout_start))
 
 
-def rung_config(base: GemConfig, architecture: str, rung: str, seed: int) -> GemConfig:
+def rung_config(base: GemConfig, architecture: str, rung: str, seed: int, window_days: int = 0) -> GemConfig:
     overrides = {"model": {"architecture": architecture, **LADDERS[architecture][rung]},
-                 "train": {"epochs": EPOCHS, "seed": seed}}
+                 "train": {"epochs": EPOCHS, "seed": seed, "window_days": window_days}}
     return GemConfig.from_dict(overrides, base=base)
 
 
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--rungs", default=",".join(RUNGS),
                         help="the sizes to train and fit, e.g. xs,s,m to fit the ladder below its largest rung")
+    parser.add_argument("--window-days", default="0",
+                        help="train.window_days values, each trained at every size: the data axis (0: every day)")
     parser.add_argument("--out", type=Path, help="write the runs and fits as JSON here")
     parser.add_argument("--plot", type=Path, help="write the log-log plot (PNG) here")
     args = parser.parse_args(argv)
@@ -162,25 +168,29 @@ def main(argv: list[str] | None = None) -> None:
                          f"{args.preset}, or bench/model_quality.py, which builds them)")
     data_version = DeltaTable(str(examples)).version()
     torch.set_num_threads(os.cpu_count() or 1)
-    seen = training_rows(examples, data_version, base.world.holdout_start) * EPOCHS
-    results: dict[str, Any] = {"preset": base.preset, "epochs": EPOCHS, "examples": seen, "runs": {}, "fits": {}}
-    print("| model | size | seed | dense MFLOP / example | examples | compute (FLOP) | ctr NE | cvr NE |")
-    print("|---|---|---|---|---|---|---|---|")
+    windows = [int(w) for w in args.window_days.split(",")]
+    seen = {w: training_rows(examples, data_version, GemConfig.from_dict({"train": {"window_days": w}}, base=base))
+            * EPOCHS for w in windows}
+    results: dict[str, Any] = {"preset": base.preset, "epochs": EPOCHS, "runs": {}, "fits": {}}
+    print("| model | size | days | seed | dense MFLOP / example | examples | compute (FLOP) | ctr NE | cvr NE |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for arch in args.architectures.split(","):
         runs = []
         for rung in rungs:
             flops = None
-            for seed in (int(s) for s in args.seeds.split(",")):
-                cfg = rung_config(base, arch, rung, seed)
-                manifest = train(cfg, paths, f"scale-{cfg.preset}-{arch}-{rung}-{cfg.fingerprint}", data_version)
-                flops = flops or dense_flops_per_example(cfg, paths)
-                overall = {k: v for k, v in manifest["metrics"].items() if k.split("/")[0] in TASKS}
-                runs.append({"rung": rung, "seed": seed, "flops_per_example": flops, "examples": seen,
-                             "compute": flops * seen, "metrics": overall})
-                print(f"| {arch} | {rung} | {seed} | {flops / 1e6:.2f} | {seen:,} | {flops * seen:.3g} | "
-                      f"{overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |", flush=True)
+            for window in windows:
+                for seed in (int(s) for s in args.seeds.split(",")):
+                    cfg = rung_config(base, arch, rung, seed, window)
+                    manifest = train(cfg, paths, f"scale-{cfg.preset}-{arch}-{rung}-{cfg.fingerprint}", data_version)
+                    flops = flops or dense_flops_per_example(cfg, paths)
+                    overall = {k: v for k, v in manifest["metrics"].items() if k.split("/")[0] in TASKS}
+                    runs.append({"rung": rung, "window_days": window, "seed": seed, "flops_per_example": flops,
+                                 "examples": seen[window], "compute": flops * seen[window], "metrics": overall})
+                    print(f"| {arch} | {rung} | {window or 'all'} | {seed} | {flops / 1e6:.2f} | {seen[window]:,} | "
+                          f"{flops * seen[window]:.3g} | {overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |",
+                          flush=True)
         results["runs"][arch] = runs
-        if len(rungs) < 2:  # every run at one compute: no slope to fit
+        if len({r["compute"] for r in runs}) < 2:  # every run at one compute: no slope to fit
             continue
         results["fits"][arch] = {task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"]
                                                                                 for r in runs]) for task in TASKS}

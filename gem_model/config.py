@@ -695,6 +695,9 @@ class TrainConfig:
     dense_lr: Positive = 3e-3
     dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
     min_lr_fraction: Fraction = 0.1
+    # Train on the last `window_days` days before the holdout (0: every day before it): a sliding training window,
+    # and the data axis of the scaling study (`bench/scaling.py --window-days`).
+    window_days: NonNegativeInt = 0
     # AdamW's decoupled weight decay on the dense arches (0: plain Adam).
     dense_weight_decay: NonNegative = 0.0
     sparse_lr: Positive = 0.05
@@ -866,7 +869,7 @@ LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",)
 # trained even after a setting's default has moved on.
 LATER_SETTINGS: dict[str, Any] = {
     "data": {"mapping": ""},
-    "train": {"dense_weight_decay": 0.0, "sparse_weight_decay": 0.0},
+    "train": {"dense_weight_decay": 0.0, "sparse_weight_decay": 0.0, "window_days": 0},
     "model": {
         "sequence": {"window": 0, "pffn": "lowrank", "pffn_kv": 16, "pffn_activation": "gelu",
                      "summary": "mean_recent", "summary_mean": "kept", "hsp_seeds": 32, "hsp_tokens": 4, "hsp_rank": 4,
@@ -916,6 +919,12 @@ class GemConfig:
         _validate(self, "")
         # The student calendar (world.holdout_days > student.eval_days) is checked where students are
         # trained (`gem_model.distill.data.StudentCalendar`): a teacher-only world with one holdout day is valid.
+        train_days = self.world.n_days - self.world.holdout_days
+        if self.train.window_days > train_days:
+            raise ConfigError(
+                f"train.window_days={self.train.window_days} is more than the {train_days} days before the holdout "
+                f"(world.n_days - world.holdout_days); set it to at most {train_days}, or 0 for every day"
+            )
         st, names = self.student, [f.name for f in self.features.features]
         for group in ("features", "adapter_features"):
             bad = [f for f in getattr(st, group) if f not in names or f == self.features.domain_feature]
@@ -981,6 +990,14 @@ class GemConfig:
         """The last day of the calendar: None (open: up to the last day that has ended) for the synthetic
         world when `world.open_ended`, else the last configured day."""
         return None if self.world.open_ended and self.data.source == "synthetic" else self.world.days[-1]
+
+    @property
+    def train_start(self) -> date | None:
+        """The first day the teacher trains on (`train.window_days` before the holdout), or None: every day
+        before the holdout."""
+        if self.train.window_days == 0:
+            return None
+        return self.world.holdout_start - timedelta(days=self.train.window_days)
 
     @property
     def fingerprint(self) -> str:

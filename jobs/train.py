@@ -9,9 +9,10 @@ Multi-node: run the same command on each node with `--nnodes N --node-rank I
 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id JOB` instead of `--standalone`
 (nccl is chosen automatically on CUDA). Single process: `python jobs/train.py ...`.
 
-Training uses days before `world.holdout_start`; metrics are computed on the holdout days. When
-launched by Dagster Pipes, rank 0 streams its log lines and the final metrics to the Dagster run;
-it also writes TensorBoard events to `<model-dir>/tensorboard` (`tensorboard --logdir`).
+Training uses the days before `world.holdout_start` (the last `train.window_days` of them when set);
+metrics are computed on the holdout days. When launched by Dagster Pipes, rank 0 streams its log lines
+and the final metrics to the Dagster run; it also writes TensorBoard events to
+`<model-dir>/tensorboard` (`tensorboard --logdir`).
 
 Every `train.checkpoint_every_steps` steps all ranks write a resumable checkpoint under
 `<model-dir>.partial/resume`; launching the same command again after a crash or a kill resumes
@@ -73,14 +74,15 @@ def main(argv: list[str] | None = None) -> None:
                 pipes.log.info(message)
 
         started = time.monotonic()
-        holdout = cfg.world.holdout_start
+        holdout, start = cfg.world.holdout_start, cfg.train_start
         common = dict(path=args.data, spec=cfg.features, batch_size=cfg.train.batch_size, rank=env.rank,
                       world_size=env.world_size, version=args.data_version)
-        train_stream = ExampleStream(**common, end=holdout, shuffle_buffer=8 * cfg.train.batch_size,
+        train_stream = ExampleStream(**common, start=start, end=holdout, shuffle_buffer=8 * cfg.train.batch_size,
                                      seed=cfg.train.seed)
         holdout_stream = ExampleStream(**common, start=holdout)
-        log(f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training rows before "
-            f"{holdout}, {holdout_stream.total_rows} holdout rows, Delta version {args.data_version}")
+        log(f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training rows from "
+            f"{start or 'the first day'} to before {holdout}, {holdout_stream.total_rows} holdout rows, "
+            f"Delta version {args.data_version}")
 
         dmp, optimizer = build_sharded_model(cfg, env)
         plan = {name: {t: s.sharding_type for t, s in module_plan.items()}
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                 "config": cfg.to_dict(),
                 "training_data": {"table": "gold.training_examples", "path": str(args.data),
                                   "delta_version": args.data_version,
-                                  "train_days": [str(d) for d in cfg.world.days if d < holdout],
+                                  "train_days": [str(d) for d in cfg.world.days
+                                                 if (start is None or d >= start) and d < holdout],
                                   "holdout_days": [str(d) for d in cfg.world.days if d >= holdout]},
                 "world_size": env.world_size,
                 "checkpoint_files": file_digests(staging / "checkpoint"),

@@ -71,6 +71,17 @@ def test_holdout_start_is_first_holdout_day():
     assert world.days[-1] == date(2026, 11, 6)
 
 
+def test_a_training_window_starts_its_days_before_the_holdout_and_fits_the_calendar():
+    world = {"start_date": "2026-11-01", "n_days": 6, "holdout_days": 2}
+    assert GemConfig.from_dict({"world": world}).train_start is None
+    cfg = GemConfig.from_dict({"world": world, "train": {"window_days": 3}})
+    assert cfg.train_start == date(2026, 11, 2)
+    assert cfg.fingerprint != GemConfig.from_dict({"world": world}).fingerprint
+    with pytest.raises(ConfigError, match=r"train.window_days=5 is more than the 4 days before the holdout .* "
+                                          r"at most 4, or 0 for every day"):
+        GemConfig.from_dict({"world": world, "train": {"window_days": 5}})
+
+
 def test_data_source_is_validated_and_overridable(monkeypatch):
     with pytest.raises(ValueError, match="data.source='kaggle' is not one of"):
         GemConfig.from_dict({"data": {"source": "kaggle"}})

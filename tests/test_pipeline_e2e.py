@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.config import GemConfig
+from gem_model.data.loader import ds_filter, open_delta
 from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
 from jobs.lake import read_table, table_rows
@@ -196,6 +197,30 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     for key in ("ctr/auc", "ctr/ne", "cvr/auc", "cvr/ne", "feed/ctr/auc"):
         assert resumed["metrics"][key] == pytest.approx(teacher["metrics"][key], abs=1e-5), key
     assert not (model_dir.with_name(model_dir.name + ".partial")).exists()
+
+
+def test_a_training_window_trains_on_its_last_days_alone(pipeline, tmp_path):
+    lake, _, _ = pipeline
+    teacher = json.loads((lake.paths.model_dir(lake.latest_model_version()) / "manifest.json").read_text())
+    data_version = teacher["training_data"]["delta_version"]
+    cfg = GemConfig.from_dict({"train": {"window_days": 1, "epochs": 1}}, base=lake.config)
+    config_file = tmp_path / "config.json"
+    config_file.write_text(cfg.to_json())
+    model_dir = lake.paths.model_dir("window-test")
+    run = subprocess.run(_train_command(lake, config_file, model_dir, data_version),
+                         env=LocalTorchrunLauncher().environment(nproc=2), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    day, holdout = cfg.train_start, cfg.world.holdout_start
+    days = teacher["training_data"]["train_days"]
+    assert str(day) == days[-1] != days[0]  # the window is the last of several training days
+    rows = open_delta(lake.paths.table("gold.training_examples"), data_version).count_rows(
+        filter=ds_filter(day, holdout))
+    assert rows > 0
+    assert f"{rows} training rows from {day} to before {holdout}," in run.stdout
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert manifest["training_data"]["train_days"] == [str(day)]
+    assert manifest["training_data"]["holdout_days"] == teacher["training_data"]["holdout_days"]
+    assert all(math.isfinite(manifest["metrics"][k]) for k in ("ctr/auc", "ctr/ne", "cvr/auc", "cvr/ne"))
 
 
 def test_students_train_on_the_first_holdout_day_and_are_evaluated_on_the_last(pipeline, spark):
