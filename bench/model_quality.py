@@ -84,7 +84,8 @@ def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int,
 
 def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) -> dict[str, Any]:
     """The manifest of model `version` trained from `variant` by the real training job (torchrun), on Delta
-    version `data_version` of the training examples; a version already trained is read, not retrained."""
+    version `data_version` of the training examples; a version already trained is read, not retrained, and only
+    if it was trained on `data_version` (bench versions are named by config alone)."""
     config_file = paths.staging / "bench" / f"{version}.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(variant.to_json())
@@ -95,7 +96,12 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
                 "--data-version", str(data_version), "--model-dir", str(model_dir)]
         subprocess.run(launcher.command("jobs/train.py", args, nproc), check=True, env=launcher.environment(nproc),
                        cwd=REPO)
-    return json.loads((model_dir / "manifest.json").read_text())
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    if (trained_on := manifest["training_data"]["delta_version"]) != data_version:
+        raise SystemExit(f"{model_dir} was trained on Delta version {trained_on} of gold.training_examples and the "
+                         f"table is at version {data_version} now, so its metrics are not this lake's: move the "
+                         "directory aside to retrain it, or use the GEM_HOME of the lake it was trained on")
+    return manifest
 
 
 def mean_metrics(runs: list[dict[str, float]]) -> dict[str, float]:
