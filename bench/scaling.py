@@ -136,6 +136,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
                       label=f"{arch} fit: alpha {fit['alpha']:.4f} ± {fit['alpha_high'] - fit['alpha']:.4f}")
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
             axis(matplotlib.ticker.FormatStrFormatter("%.3f"))  # NE spans a few percent: plain decimals
+        # Compute spans one to three decades: "2e+12" labels stay apart where "2 x 10^12" ones overlap.
+        ax.xaxis.set_major_formatter(matplotlib.ticker.LogFormatter())
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
+        ax.tick_params(axis="x", which="both", labelsize=8)
         ax.set_xlabel("training compute: dense FLOPs per example × examples")
         ax.set_ylabel(f"holdout NE ({task})")
         ax.set_title(f"{task}, {results['preset']}, {EPOCHS} epoch")
