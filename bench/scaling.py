@@ -5,8 +5,8 @@
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 \
         --out docs/scaling.json --plot docs/scaling.png
     GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs xs,s,m
-    GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs l --window-days 1,2,3,0 \
-        --out docs/scaling_data.json --plot docs/scaling_data.png
+    GEM_HOME=/tmp/gem-small python bench/scaling.py --preset small --seeds 0,1 --rungs l --window-days 1,2,4,0 \
+        --out docs/scaling_data_l.json --plot docs/scaling_data_l.png
 
 Each architecture climbs a ladder of sizes (`LADDERS`: overrides that widen its dense arches together;
 the sparse tables and the data stay the same). Each (architecture, size, seed) is trained for one epoch
@@ -142,7 +142,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.tick_params(axis="x", which="both", labelsize=8)
         ax.set_xlabel("training compute: dense FLOPs per example × examples")
         ax.set_ylabel(f"holdout NE ({task})")
-        ax.set_title(f"{task}, {results['preset']}, {EPOCHS} epoch")
+        sizes = sorted({r["rung"] for runs in results["runs"].values() for r in runs if "rung" in r})
+        ax.set_title(f"{task}, {results['preset']}, {EPOCHS} epoch" + (f", size {sizes[0]}" if len(sizes) == 1 else ""))
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
