@@ -40,7 +40,7 @@ from model_quality import train  # bench/ is on sys.path when run as a script
 from train_throughput import dense_flops_per_example
 
 from gem_model.config import GemConfig
-from gem_model.data.loader import ds_filter
+from gem_model.data.loader import ds_filter, open_delta
 from gem_model.paths import GemPaths
 
 EPOCHS = 1
@@ -83,8 +83,7 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 def training_rows(table: Path, version: int, cfg: GemConfig) -> int:
     """Rows of `cfg`'s training days (its window before the holdout) in `version` of gold.training_examples."""
-    dataset = DeltaTable(str(table), version=version).to_pyarrow_dataset()
-    return dataset.count_rows(filter=ds_filter(cfg.train_start, cfg.world.holdout_start))
+    return open_delta(table, version).count_rows(filter=ds_filter(cfg.train_start, cfg.world.holdout_start))
 
 
 def rung_config(base: GemConfig, architecture: str, rung: str, seed: int, window_days: int = 0) -> GemConfig:
