@@ -111,6 +111,19 @@ def test_cosine_dense_lr_decays_monotonically_from_dense_lr_to_its_floor():
         TrainConfig(dense_lr_schedule="step")
 
 
+def test_an_epoch_loss_is_the_mean_over_real_rows_so_a_step_of_padding_alone_does_not_lower_it():
+    from gem_model.train.trainer import Progress
+
+    progress = Progress()
+    for loss, rows in [(0.6, 2048), (0.3, 1024), (0.0, 0)]:  # a full step, a part-padded one, padding alone
+        progress.record_step(loss, rows)
+    assert (progress.step_in_epoch, progress.steps_done) == (3, 3)
+    progress.end_epoch()
+    progress.record_step(0.2, 512)
+    progress.end_epoch()
+    assert progress.epoch_losses == pytest.approx([(0.6 * 2048 + 0.3 * 1024) / 3072, 0.2])
+    assert (progress.epoch, progress.step_in_epoch, progress.steps_done, progress.rows_in_epoch) == (2, 0, 4, 0)
+
 def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_config():
     from gem_model.export.checkpoint import teacher_config
 

@@ -105,7 +105,19 @@ class Progress:
     step_in_epoch: int = 0
     steps_done: int = 0
     epoch_losses: list[float] = field(default_factory=list)
-    loss_sum: float = 0.0  # over the current epoch's steps so far
+    loss_sum: float = 0.0  # each of the current epoch's steps so far: its loss x its real rows
+    rows_in_epoch: int = 0  # real (not padding) rows of the current epoch's steps so far
+
+    def record_step(self, loss: float, rows: int) -> None:
+        """One step's mean loss over its `rows` real rows; a step of padding alone (rows 0) weighs nothing."""
+        self.loss_sum += loss * rows
+        self.rows_in_epoch += rows
+        self.step_in_epoch, self.steps_done = self.step_in_epoch + 1, self.steps_done + 1
+
+    def end_epoch(self) -> None:
+        """Close the epoch: its loss is the mean over its real rows, not over its steps."""
+        self.epoch_losses.append(self.loss_sum / max(self.rows_in_epoch, 1))
+        self.epoch, self.step_in_epoch, self.loss_sum, self.rows_in_epoch = self.epoch + 1, 0, 0.0, 0
 
 
 @dataclass(frozen=True)
@@ -171,7 +183,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
 
     Batches are deterministic per (seed, rank, epoch), so a resumed run skips the batches already
     trained on and continues exactly where the checkpoint was taken. Returns the mean loss of
-    each epoch (rank 0's shard) and this launch's throughput.
+    each epoch over rank 0's real rows (padding excluded) and this launch's throughput.
     """
     tc = cfg.train
     dense_params = [p for _, p in in_backward_optimizer_filter(dmp.named_parameters())]
@@ -197,8 +209,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
             for group in dense_optimizer.param_groups:  # a function of the step: resumes exactly
                 group["lr"] = dense_lr(tc, progress.steps_done, steps_total)
             optimizer.step()
-            progress.loss_sum += float(loss.detach())
-            progress.step_in_epoch, progress.steps_done = i + 1, progress.steps_done + 1
+            progress.record_step(float(loss.detach()), int(batch.valid.sum()))
             step = progress.steps_done
             if env.rank == 0 and (step % tc.log_every_steps == 0 or step == steps_total):
                 elapsed = time.monotonic() - started
@@ -211,8 +222,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
                     writer.add_scalar("train/examples_per_second", rate, step)
             if step % tc.checkpoint_every_steps == 0 and step < steps_total:
                 checkpoints.save(dmp, optimizer, progress, env)
-        progress.epoch_losses.append(progress.loss_sum / max(progress.step_in_epoch, 1))
-        progress.epoch, progress.step_in_epoch, progress.loss_sum = progress.epoch + 1, 0, 0.0
+        progress.end_epoch()
     seconds = time.monotonic() - started
     examples = (progress.steps_done - start_step) * tc.batch_size * env.world_size
     return TrainResult(progress.epoch_losses, examples / seconds if seconds > 0 else math.nan)
