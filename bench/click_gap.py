@@ -28,7 +28,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from learnable_ceiling import CLICK_TERMS, Task, best_fit, learner_rows  # bench/ is on sys.path as a script
+from learnable_ceiling import (  # bench/ is on sys.path as a script
+    CLICK_REFERENCE,
+    CLICK_TERMS,
+    Task,
+    best_fit,
+    learner_rows,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
 
     w = cfg.world
     clicks = Task.of(rows, "clicked", w.days, w.holdout_start)
-    learner, penalty = best_fit(clicks, ("surface", "objective", "position"), CLICK_TERMS["+ recency + sequence share"])
+    learner, penalty = best_fit(clicks, ("surface", "objective", "position"), CLICK_TERMS[CLICK_REFERENCE])
     with torch.no_grad():
         learned = learner(clicks.design, clicks.index["holdout"])[0].numpy()
     holdout_ids = rows["impression_id"].to_numpy()[clicks.index["holdout"].numpy()]

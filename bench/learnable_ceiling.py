@@ -1,6 +1,10 @@
 """How much of the synthetic world a learner can recover from the training days' rows.
 
     GEM_HOME=/tmp/gem-small python bench/learnable_ceiling.py --preset small
+    GEM_HOME=/tmp/gem-medium python bench/learnable_ceiling.py --preset medium --config med4.json --reference-only
+
+(the second: a lake built with the overrides of `med4.json`, e.g. `{"world": {"n_days": 4, "holdout_days": 1}}`,
+and only each task's full learner, the reference of the acceptance criteria)
 
 The oracle (true p) knows every user's interests and every ad's quality and drift. A model has
 to estimate them from a finite number of rows: at `small`, about 150 impressions and 20 clicks
@@ -66,6 +70,8 @@ CLICK_TERMS = {"static, without the fourth-order term": (), "static": ("interact
                "+ recency by the model's age bucket + sequence share": ("interaction", *CLOCK, "share")}
 CVR_TERMS = {"static": (), "+ cart recency": ("cart",), "+ cart recency + sequence share": ("cart", "share")}
 TERMS = ("interaction", "recency", "cart", "share", *CLOCK)
+# Each task's full learner with the world's exact clock: the reference of the acceptance criteria (docs/MODEL.md).
+CLICK_REFERENCE, CVR_REFERENCE = "+ recency + sequence share", "+ cart recency + sequence share"
 
 
 def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
@@ -169,26 +175,34 @@ class Task:
                     {name: torch.tensor(np.flatnonzero(mask)) for name, mask in masks.items()})
 
 
-def best_fit(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[WellSpecified, float]:
+def best_fit(task: Task, biases: tuple[str, ...], terms: tuple[str, ...],
+             penalties: tuple[float, ...] = PENALTIES) -> tuple[WellSpecified, float]:
     """The learner refit on every training day with the penalty that scored best on the last one, and that penalty."""
     d, labels, index = task.design, task.labels, task.index
     scores = {p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
-              for p in PENALTIES}
+              for p in penalties}
     best = min(scores, key=scores.get)
     return fit(d, labels, index["train"], biases, terms, best), best
 
 
-def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...]) -> tuple[float, float, float]:
+def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...],
+            penalties: tuple[float, ...] = PENALTIES) -> tuple[float, float, float]:
     """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
-    model, best = best_fit(task, biases, terms)
+    model, best = best_fit(task, biases, terms, penalties)
     return *evaluate(model, task.design, task.labels, task.index["holdout"]), best
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--config", help="JSON file of overrides (the world the lake was built with)")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="fit only each task's full learner (the reference of the acceptance), not every row")
+    parser.add_argument("--penalties", default=",".join(map(str, PENALTIES)),
+                        help="the L2 penalties to choose from on the last training day")
     args = parser.parse_args(argv)
-    cfg = GemConfig.load(args.preset)
+    cfg = GemConfig.load(args.preset, args.config)
+    penalties = tuple(float(p) for p in args.penalties.split(","))
     if cfg.features.age_buckets != len(CLOCK):
         raise SystemExit(f"features.age_buckets is {cfg.features.age_buckets}; the learner's clock has {len(CLOCK)} "
                          "buckets: set CLOCK in bench/learnable_ceiling.py to the preset's age_buckets")
@@ -197,13 +211,17 @@ def main(argv: list[str] | None = None) -> None:
     spark.stop()
     w = cfg.world
     print("| learner | task | holdout AUC | holdout NE | L2 (chosen on the last training day) |\n|---|---|---|---|---|")
+    click_terms, cvr_terms = CLICK_TERMS, CVR_TERMS
+    if args.reference_only:
+        click_terms, cvr_terms = ({name: terms[name]} for name, terms in ((CLICK_REFERENCE, CLICK_TERMS),
+                                                                           (CVR_REFERENCE, CVR_TERMS)))
     clicks = Task.of(rows, "clicked", w.days, w.holdout_start)
-    for name, terms in CLICK_TERMS.items():
-        a, ne, p = ceiling(clicks, ("surface", "objective", "position"), terms)
+    for name, terms in click_terms.items():
+        a, ne, p = ceiling(clicks, ("surface", "objective", "position"), terms, penalties)
         print(f"| well-specified, {name} | ctr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
     conversions = Task.of(rows[rows["clicked"] == 1].reset_index(drop=True), "converted", w.days, w.holdout_start)
-    for name, terms in CVR_TERMS.items():
-        a, ne, p = ceiling(conversions, ("objective",), terms)
+    for name, terms in cvr_terms.items():
+        a, ne, p = ceiling(conversions, ("objective",), terms, penalties)
         print(f"| well-specified, {name} | cvr | {a:.4f} | {ne:.4f} | {p} |", flush=True)
 
 
