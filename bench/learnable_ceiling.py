@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| learner | task | holdout AUC | holdout NE | L2 (chosen on the last training day) |\n|---|---|---|---|---|")
     click_terms, cvr_terms = CLICK_TERMS, CVR_TERMS
     if args.reference_only:
-        click_terms, cvr_terms = ({name: terms[name]} for name, terms in ((CLICK_REFERENCE, CLICK_TERMS),
-                                                                           (CVR_REFERENCE, CVR_TERMS)))
+        click_terms = {CLICK_REFERENCE: CLICK_TERMS[CLICK_REFERENCE]}
+        cvr_terms = {CVR_REFERENCE: CVR_TERMS[CVR_REFERENCE]}
     clicks = Task.of(rows, "clicked", w.days, w.holdout_start)
     for name, terms in click_terms.items():
         a, ne, p = ceiling(clicks, ("surface", "objective", "position"), terms, penalties)

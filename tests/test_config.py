@@ -124,6 +124,7 @@ def test_an_epoch_loss_is_the_mean_over_real_rows_so_a_step_of_padding_alone_doe
     assert progress.epoch_losses == pytest.approx([(0.6 * 2048 + 0.3 * 1024) / 3072, 0.2])
     assert (progress.epoch, progress.step_in_epoch, progress.steps_done, progress.rows_in_epoch) == (2, 0, 4, 0)
 
+
 def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_config():
     from gem_model.export.checkpoint import teacher_config
 
