@@ -118,6 +118,7 @@ def test_an_epoch_loss_is_the_mean_over_real_rows_so_a_step_of_padding_alone_doe
     for loss, rows in [(0.6, 2048), (0.3, 1024), (0.0, 0)]:  # a full step, a part-padded one, padding alone
         progress.record_step(loss, rows)
     assert (progress.step_in_epoch, progress.steps_done) == (3, 3)
+    assert progress.epoch_loss == pytest.approx((0.6 * 2048 + 0.3 * 1024) / 3072)  # what the step log shows
     progress.end_epoch()
     progress.record_step(0.2, 512)
     progress.end_epoch()

@@ -114,9 +114,14 @@ class Progress:
         self.rows_in_epoch += rows
         self.step_in_epoch, self.steps_done = self.step_in_epoch + 1, self.steps_done + 1
 
+    @property
+    def epoch_loss(self) -> float:
+        """The current epoch's mean loss over its real rows so far."""
+        return self.loss_sum / max(self.rows_in_epoch, 1)
+
     def end_epoch(self) -> None:
         """Close the epoch: its loss is the mean over its real rows, not over its steps."""
-        self.epoch_losses.append(self.loss_sum / max(self.rows_in_epoch, 1))
+        self.epoch_losses.append(self.epoch_loss)
         self.epoch, self.step_in_epoch, self.loss_sum, self.rows_in_epoch = self.epoch + 1, 0, 0.0, 0
 
 
@@ -215,10 +220,11 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
                 elapsed = time.monotonic() - started
                 rate = (step - start_step) * tc.batch_size * env.world_size / elapsed
                 eta = (steps_total - step) * elapsed / (step - start_step)
-                log(f"epoch {progress.epoch} step {step}/{steps_total} loss {float(loss):.4f} "
+                # The epoch's running mean: a step of padding alone has loss 0 and would log as 0.0000.
+                log(f"epoch {progress.epoch} step {step}/{steps_total} loss {progress.epoch_loss:.4f} "
                     f"{rate:,.0f} examples/s ETA {eta:.0f}s")
                 if writer is not None:
-                    writer.add_scalar("train/loss", float(loss), step)
+                    writer.add_scalar("train/loss", progress.epoch_loss, step)
                     writer.add_scalar("train/examples_per_second", rate, step)
             if step % tc.checkpoint_every_steps == 0 and step < steps_total:
                 checkpoints.save(dmp, optimizer, progress, env)
