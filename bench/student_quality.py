@@ -1,6 +1,6 @@
 """Student models on one lake: per-surface NE / AUC of labels-only, KD and Student Adapter students.
 
-    GEM_HOME=/tmp/gem-small python bench/student_quality.py --preset small --out /tmp/student_small.json
+    GEM_HOME=/tmp/gem-small python bench/student_quality.py --preset small --seeds 0,1,2 --out /tmp/student_small.json
     GEM_HOME=/tmp/gem-tiny python bench/student_quality.py --preset tiny
 
 Builds the feature tables when the lake has none (`jobs.build_features`); trains the GEM teacher
@@ -9,7 +9,9 @@ pass `--model-version`); exports the days after its training window through the 
 `export_job` when gold.teacher_logits lacks them; then trains every variant (`student.variants`
 here defaults to all five, ablations included) with `jobs/train_student.py`'s `train`, in this
 process on one thread, and times student inference (ms per 1,000 rows, one thread, batch of
-1,000). Prints markdown tables (docs/MODEL.md "Student models") and writes JSON to --out.
+1,000), once per student seed (`--seeds`; one teacher and one export for all). Prints markdown
+tables of the means over the seeds, with the gains' spread (docs/MODEL.md "Student models"), and
+writes the runs' manifests and the tables as JSON to --out.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -76,14 +79,33 @@ def _cell(metrics: dict[str, float], key: str) -> str:
     return "–" if math.isnan(value) else f"{value:.4f}"
 
 
-def tables(manifest: dict[str, Any]) -> str:
-    metrics, variants = manifest["metrics"], manifest["config"]["student"]["variants"]
-    surfaces = [s for s, n in manifest["rows"].items() if n["train"] and n["eval"]]
+def mean_metrics(manifests: list[dict[str, Any]]) -> dict[str, float]:
+    """Each metric's mean over the runs (one per student seed)."""
+    return {key: statistics.fmean(m["metrics"].get(key, math.nan) for m in manifests)
+            for key in manifests[0]["metrics"]}
+
+
+def _gain(values: list[float]) -> str:
+    """A gain's mean, and its standard deviation over the seeds when there are several."""
+    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):+.4f}{spread}"
+
+
+def _ratio(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.1f}"
+
+
+def tables(manifests: list[dict[str, Any]]) -> str:
+    """Markdown: every metric's mean over the runs, then the gains over labels-only with their spread."""
+    first = manifests[0]
+    variants, metrics = first["config"]["student"]["variants"], mean_metrics(manifests)
+    surfaces = [s for s, n in first["rows"].items() if n["train"] and n["eval"]]
+    seeds = ", ".join(str(m["config"]["student"]["seed"]) for m in manifests)
     columns = [*REFERENCES, *variants, "oracle"]
     lines = []
     for metric in ("ne", "auc"):
         header = ["surface", "task", *columns]
-        lines += [f"{metric.upper()} on {', '.join(manifest['calendar']['eval'])}", "",
+        lines += [f"{metric.upper()} on {', '.join(first['calendar']['eval'])}, means over student seeds {seeds}", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for scope in ("all", *surfaces):
             prefix = "" if scope == "all" else f"{scope}/"
@@ -91,19 +113,33 @@ def tables(manifest: dict[str, Any]) -> str:
                 cells = [_cell(metrics, f"{c}/{prefix}{task}/{metric}") for c in columns]
                 lines.append("| " + " | ".join([scope, task, *cells]) + " |")
         lines.append("")
-    header = ["surface", "task", "KD NE gain", "adapter NE gain", "adapter / KD", "KD AUC gain", "adapter AUC gain"]
+    # The ratio of the mean gains, each seed's ratio, and the adapter's targets without the embeddings
+    # against KD's: how much of the adapter student's gain is the targets rather than the embeddings.
+    header = ["surface", "task", "KD NE gain", "adapter NE gain", "adapter / KD", "per seed",
+              "adapter targets without embeddings / KD", "KD AUC gain", "adapter AUC gain"]
     lines += ["Gains over labels-only (NE: lower is better, gain = NE(labels) - NE(variant))", "",
               "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for scope, per_task in manifest["gains"].items():
-        for task, g in per_task.items():
-            ratio = "–" if math.isnan(g["ne_gain_ratio"]) else f"{g['ne_gain_ratio']:.2f}"
-            lines.append(f"| {scope} | {task} | {g['kd_ne_gain']:+.4f} | {g['adapter_ne_gain']:+.4f} | {ratio} | "
-                         f"{g['kd_auc_gain']:+.4f} | {g['adapter_auc_gain']:+.4f} |")
-    rows = {s: n for s, n in manifest["rows"].items()}
-    lines += ["", f"rows (train / eval) per surface: {rows}",
-              f"adapter fit: {json.dumps(manifest['adapter_fit'])}",
-              "inference, ms per 1,000 rows (1 thread): "
-              + ", ".join(f"{v} {ms:.3f}" for v, ms in manifest["inference_ms_per_1000"].items())]
+    for scope in ("all", *surfaces):
+        prefix = "" if scope == "all" else f"{scope}/"
+        for task in TASKS:
+            per_seed = [m["gains"][scope][task] for m in manifests]
+            mean = {key: statistics.fmean(g[key] for g in per_seed) for key in per_seed[0]}
+            labels = metrics[f"labels/{prefix}{task}/ne"]
+            targets_only = labels - metrics.get(f"adapter_no_embeddings/{prefix}{task}/ne", math.nan)
+            cells = [_gain([g["kd_ne_gain"] for g in per_seed]), _gain([g["adapter_ne_gain"] for g in per_seed]),
+                     _ratio(mean["adapter_ne_gain"] / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
+                     ", ".join(_ratio(g["ne_gain_ratio"]) for g in per_seed),
+                     _ratio(targets_only / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
+                     f"{mean['kd_auc_gain']:+.4f}", f"{mean['adapter_auc_gain']:+.4f}"]
+            lines.append("| " + " | ".join([scope, task, *cells]) + " |")
+    inference = {v: statistics.fmean(m["inference_ms_per_1000"][v] for m in manifests)
+                 for v in first["inference_ms_per_1000"]}
+    lines += ["", f"rows (train / eval) per surface: {first['rows']}",
+              *(f"adapter fit, seed {m['config']['student']['seed']}: {json.dumps(m['adapter_fit'])}"
+                for m in manifests),
+              "student training, s (1 thread): " + ", ".join(f"{m['train_seconds']:.0f}" for m in manifests),
+              "inference, ms per 1,000 rows (1 thread, mean over the runs): "
+              + ", ".join(f"{v} {ms:.3f}" for v, ms in inference.items())]
     return "\n".join(lines)
 
 
@@ -113,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="JSON file of overrides (teacher and students)")
     parser.add_argument("--model-version", help="an existing teacher version; default: train bench's `gem`")
     parser.add_argument("--variants", default=",".join(STUDENT_VARIANTS))
+    parser.add_argument("--seeds", help="student seeds, e.g. 0,1,2: one run each, one teacher; default: student.seed")
     parser.add_argument("--out", type=Path, help="write the manifest and tables as JSON here")
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset, args.config)
@@ -124,13 +161,16 @@ def main(argv: list[str] | None = None) -> None:
         version = variant_version(cfg, "gem")
     ensure_export(args, paths, cfg, version)
     torch.set_num_threads(1)  # as jobs/train_student.py: the students' ops are too small for threads
-    students = GemConfig.from_dict({"student": {"variants": args.variants.split(",")}}, base=cfg)
-    _, manifest = train(paths, students, version)  # its own version: the variants are part of the name
-    report = tables(manifest)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [cfg.student.seed]
+    manifests = []
+    for seed in seeds:  # each its own student version: the variants and the seed are part of the name
+        students = GemConfig.from_dict({"student": {"variants": args.variants.split(","), "seed": seed}}, base=cfg)
+        manifests.append(train(paths, students, version)[1])
+    report = tables(manifests)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"manifest": manifest, "tables": report}, indent=2, sort_keys=True))
+        args.out.write_text(json.dumps({"manifests": manifests, "tables": report}, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":
