@@ -44,20 +44,11 @@ from gem_model.export.checkpoint import load_model
 from gem_model.export.scoring import score_impressions
 from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
-from jobs.features.world import (
-    INTERACTION_STRENGTH,
-    OBJECTIVE_CLICK_BIAS,
-    POSITION_PENALTY,
-    RECENCY_BOOST,
-    SURFACE_CLICK_BIAS,
-    Source,
-    _lookup,
-)
+from jobs.features.world import CLICK_INTERCEPT, INTERACTION_STRENGTH, RECENCY_BOOST, Source
 from jobs.lake import read_table
 from jobs.spark_session import build_spark_session
 
 TERMS = ("affinity", "ad", "context", "recency", "segment", "unseen_drift")
-INTERCEPT = -3.0  # the world's click-logit constant
 CHUNK_ROWS = 8192
 
 
@@ -72,15 +63,12 @@ def true_terms(examples: DataFrame, world: Source, cfg: GemConfig, rows: pd.Data
     day_drift = F.lit(None).cast("double")
     for d in holdout:
         day_drift = F.when(F.col("ds") == F.lit(d), world.drift(aid, d)).otherwise(day_drift)
-    category = world._category(aid)
     truth = examples.where(F.col("ds") >= F.lit(w.holdout_start)).select(
         "impression_id", "user_id", F.col("clicked").cast("int").alias("clicked"),
         F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("true_logit"),
-        (1.6 * (category == world._interest(uid, "primary")).cast("double")
-         + 0.8 * (category == world._interest(uid, "secondary")).cast("double")).alias("affinity"),
-        (0.7 * world._quality(aid) + mean_drift).alias("ad"),
-        (_lookup(SURFACE_CLICK_BIAS, F.col("surface")) + _lookup(OBJECTIVE_CLICK_BIAS, world._objective(aid))
-         - POSITION_PENALTY * (F.col("position") - 1)).alias("context"),
+        world.click_affinity(uid, aid).alias("affinity"),
+        (world.click_quality(aid) + mean_drift).alias("ad"),
+        world.click_context(aid, F.col("surface"), F.col("position")).alias("context"),
         (day_drift - mean_drift).alias("unseen_drift"),
     ).toPandas()
     sequence = rows[["impression_id", "recency", "interaction"]]
@@ -155,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if truth[list(TERMS)].isna().any().any():
         raise SystemExit(f"a true term is null on some holdout rows: {truth[list(TERMS)].isna().sum().to_dict()}")
-    mismatch = np.abs(truth[list(TERMS)].sum(axis=1) + INTERCEPT - truth["true_logit"])
+    mismatch = np.abs(truth[list(TERMS)].sum(axis=1) + CLICK_INTERCEPT - truth["true_logit"])
     print(f"holdout: {len(truth):,} impressions; the terms sum to the true click logit within 1e-4 on "
           f"{float(np.mean(mismatch < 1e-4)):.4%} of them (largest difference {mismatch.max():.2e})")
 

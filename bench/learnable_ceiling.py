@@ -78,7 +78,7 @@ def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
     """One row per impression: the ids the learner embeds and its real-valued terms."""
     events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"),
                           F.col("seq_actions").alias("action"))
-    same = F.filter(events, lambda e: world._category(e["item"]) == F.col("category"))
+    same = F.filter(events, lambda e: world.category(e["item"]) == F.col("category"))
     recent = F.filter(same, lambda e: e["ts"] >= F.to_timestamp(F.date_sub("ds", 1)))
     carts = F.filter(recent, lambda e: e["action"] == CART_ACTION)
     newest = F.array_max(F.transform(recent, lambda e: e["ts"]))

@@ -63,6 +63,7 @@ SEGMENT_FORMATS = ("video", "carousel")
 SEGMENT_SURFACES = ("stories", "reels")
 SEGMENT_HOURS = (18, 6)  # from 18:00 to 06:00
 POSITION_PENALTY = 0.2  # click logit lost per slot below the first
+CLICK_INTERCEPT = -3.0
 _RESOLUTION = 1 << 40
 
 
@@ -174,11 +175,27 @@ class Source:
     def _objective(self, aid: Column) -> Column:
         return pick(OBJECTIVES, uniform(self.seed, "objective", self._campaign(aid)))
 
-    def _category(self, aid: Column) -> Column:
+    def category(self, aid: Column) -> Column:
         return F.pmod(aid - 1, F.lit(self.world.n_categories)).cast("bigint")
 
     def _quality(self, aid: Column) -> Column:
         return normal(self.seed, "quality", aid) * 0.6
+
+    def interest_match(self, uid: Column, aid: Column, which: str) -> Column:
+        """1.0 where the ad's category is the user's `which` ("primary" or "secondary") interest, else 0.0."""
+        return (self.category(aid) == self._interest(uid, which)).cast("double")
+
+    # The click logit's terms that the impression alone decides (the others: the day's drift, the recency of a
+    # related event and the segment); `bench/click_gap.py` takes the logit apart with these same terms.
+    def click_affinity(self, uid: Column, aid: Column) -> Column:
+        return 1.6 * self.interest_match(uid, aid, "primary") + 0.8 * self.interest_match(uid, aid, "secondary")
+
+    def click_quality(self, aid: Column) -> Column:
+        return 0.7 * self._quality(aid)
+
+    def click_context(self, aid: Column, surface: Column, position: Column) -> Column:
+        return (_lookup(SURFACE_CLICK_BIAS, surface) + _lookup(OBJECTIVE_CLICK_BIAS, self._objective(aid))
+                - POSITION_PENALTY * (position - 1))
 
     def _trend(self, aid: Column) -> Column:
         return uniform(self.seed, "trend", aid) * 3.0 - 1.5
@@ -222,7 +239,7 @@ class Source:
         return self.spark.range(1, w.n_ads + 1).select(F.col("id").alias("ad_id")).select(
             "ad_id",
             self._advertiser(aid).alias("advertiser_id"),
-            self._category(aid).alias("category"),
+            self.category(aid).alias("category"),
             self._ad_format(aid).alias("ad_format"),
             self._objective(aid).alias("objective"),
             self._campaign(aid).alias("campaign_id"),
@@ -310,7 +327,7 @@ class Source:
             pick_weighted(surface_share(w, day), uniform(s, "imp_surface", dl, row)).alias("surface"),
             (F.floor(uniform(s, "imp_position", dl, row) * 5) + 1).cast("int").alias("position"),
         ).join(self._recent_related(ds), "user_id", "left")
-        aid, category = F.col("ad_id"), self._category(F.col("ad_id"))
+        aid, category = F.col("ad_id"), self.category(F.col("ad_id"))
         related = F.filter(F.coalesce(F.col("recent"), F.array()),
                            lambda e: (e["ts"] < F.col("ts")) & (e["category"] == category))
         carts = F.filter(related, lambda e: e["action"] == CART_ACTION)
@@ -318,15 +335,11 @@ class Source:
         cart = CART_BOOST * decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H)
         interaction = INTERACTION_STRENGTH * in_segment(
             self._age_bucket(uid), self._ad_format(aid), F.col("surface"), F.hour("ts"))
-        match1 = (category == self._interest(uid, "primary")).cast("double")
-        match2 = (category == self._interest(uid, "secondary")).cast("double")
-        objective = self._objective(aid)
-        drift = self.drift(aid, ds)
-        click_logit = (-3.0 + 1.6 * match1 + 0.8 * match2 + _lookup(SURFACE_CLICK_BIAS, F.col("surface"))
-                       + _lookup(OBJECTIVE_CLICK_BIAS, objective) + 0.7 * self._quality(aid) + drift + recency
-                       - POSITION_PENALTY * (F.col("position") - 1) + interaction)
-        cvr_logit = (-1.2 + _lookup(OBJECTIVE_CVR_BIAS, objective) + 0.6 * match1 + 0.4 * self._quality(aid)
-                     + cart)
+        click_logit = (CLICK_INTERCEPT + self.click_affinity(uid, aid) + self.click_quality(aid)
+                       + self.click_context(aid, F.col("surface"), F.col("position"))
+                       + self.drift(aid, ds) + recency + interaction)
+        cvr_logit = (-1.2 + _lookup(OBJECTIVE_CVR_BIAS, self._objective(aid))
+                     + 0.6 * self.interest_match(uid, aid, "primary") + 0.4 * self._quality(aid) + cart)
         labelled = placed.select(
             "*", _sigmoid(click_logit).alias("p_click"), _sigmoid(cvr_logit).alias("p_convert_given_click"),
         )
