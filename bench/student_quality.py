@@ -33,6 +33,7 @@ from model_quality import train_variant, variant_version  # bench/ is on sys.pat
 from gem_model.config import STUDENT_VARIANTS, GemConfig
 from gem_model.data.loader import open_delta
 from gem_model.distill.data import StudentCalendar
+from gem_model.distill.variants import gains
 from gem_model.paths import GemPaths
 from jobs.train_student import train
 
@@ -94,7 +95,6 @@ def _gain(values: list[float]) -> str:
 def _ratio(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:.1f}"
 
-
 def tables(manifests: list[dict[str, Any]]) -> str:
     """Markdown: every metric's mean over the runs, then the gains over labels-only with their spread."""
     first = manifests[0]
@@ -119,16 +119,15 @@ def tables(manifests: list[dict[str, Any]]) -> str:
               "adapter targets without embeddings / KD", "KD AUC gain", "adapter AUC gain"]
     lines += ["Gains over labels-only (NE: lower is better, gain = NE(labels) - NE(variant))", "",
               "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    of_means = gains(metrics, surfaces)  # the gains are differences, so those of the means are the means of each
     for scope in ("all", *surfaces):
         prefix = "" if scope == "all" else f"{scope}/"
         for task in TASKS:
-            per_seed = [m["gains"][scope][task] for m in manifests]
-            mean = {key: statistics.fmean(g[key] for g in per_seed) for key in per_seed[0]}
-            labels = metrics[f"labels/{prefix}{task}/ne"]
-            targets_only = labels - metrics.get(f"adapter_no_embeddings/{prefix}{task}/ne", math.nan)
+            per_seed, mean = [m["gains"][scope][task] for m in manifests], of_means[scope][task]
+            targets_only = (metrics[f"labels/{prefix}{task}/ne"]
+                            - metrics.get(f"adapter_no_embeddings/{prefix}{task}/ne", math.nan))
             cells = [_gain([g["kd_ne_gain"] for g in per_seed]), _gain([g["adapter_ne_gain"] for g in per_seed]),
-                     _ratio(mean["adapter_ne_gain"] / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
-                     ", ".join(_ratio(g["ne_gain_ratio"]) for g in per_seed),
+                     _ratio(mean["ne_gain_ratio"]), ", ".join(_ratio(g["ne_gain_ratio"]) for g in per_seed),
                      _ratio(targets_only / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
                      f"{mean['kd_auc_gain']:+.4f}", f"{mean['adapter_auc_gain']:+.4f}"]
             lines.append("| " + " | ".join([scope, task, *cells]) + " |")
