@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -141,11 +139,6 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
 
     cfg = GemConfig.from_dict({"train": {"batch_size": args.batch, "bf16": True}},
                               base=GemConfig.from_preset(args.preset))
-    if "RANK" not in os.environ:  # a world of one on a free port: another run's 29511 may be taken
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env = init_distributed()
     sharded = fbgemm_on(env.device) and not args.torch_embeddings
     if sharded:

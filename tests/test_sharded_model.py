@@ -13,7 +13,7 @@ from gem_model.config import GemConfig
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.testing.examples import random_examples
-from gem_model.train.trainer import DistEnv, build_sharded_model, save_checkpoint
+from gem_model.train.trainer import DistEnv, build_sharded_model, init_distributed, save_checkpoint
 
 pytestmark = pytest.mark.dist
 CFG = GemConfig.from_dict({"train": {"batch_size": 32}})
@@ -123,3 +123,27 @@ def test_sparse_weight_decay_shrinks_the_looked_up_rows_and_only_them(tmp_path, 
         assert shrunk >= 64 and unchanged > shrunk  # the batches' rows (64 users at least), not the rest
     else:
         assert shrunk == 0
+
+
+def _world_of_one(index: int, together, root: Path) -> None:
+    """A plain run (no torchrun): its own world of one, alive while the other one is."""
+    env = init_distributed()
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    together.wait()  # both worlds exist at once
+    torch.save({"world_size": env.world_size, "rank": env.rank, "total": total.item()}, root / f"world{index}.pt")
+    dist.destroy_process_group()
+
+
+def test_two_plain_runs_on_one_machine_each_have_a_world_of_one(tmp_path):
+    """A run outside torchrun takes no port, so two at once do not collide."""
+    context = mp.get_context("spawn")
+    together = context.Barrier(2)
+    procs = [context.Process(target=_world_of_one, args=(i, together, tmp_path)) for i in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    worlds = [torch.load(tmp_path / f"world{i}.pt") for i in range(2)]
+    assert worlds == [{"world_size": 1, "rank": 0, "total": 1.0}] * 2

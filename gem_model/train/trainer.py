@@ -61,9 +61,10 @@ def init_distributed() -> DistEnv:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
-        if "RANK" not in os.environ:  # plain `python jobs/train.py`: a world of one
-            os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
-        dist.init_process_group(backend=backend)
+        if "RANK" in os.environ:
+            dist.init_process_group(backend=backend)
+        else:  # plain `python jobs/train.py`: a world of one, whose in-process store takes no port
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return DistEnv(dist.get_rank(), dist.get_world_size(), device, backend)
 
 
