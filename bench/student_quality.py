@@ -95,6 +95,7 @@ def _gain(values: list[float]) -> str:
 def _ratio(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:.1f}"
 
+
 def tables(manifests: list[dict[str, Any]]) -> str:
     """Markdown: every metric's mean over the runs, then the gains over labels-only with their spread."""
     first = manifests[0]
