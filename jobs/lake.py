@@ -24,6 +24,7 @@ must not wipe good data.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
@@ -127,15 +128,31 @@ def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy
     return df, bool(set(new) - set(current))
 
 
+def _partition_filter(partition: dict[str, object] | None) -> pc.Expression | None:
+    terms = [pc.field(k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
+             for k, v in (partition or {}).items()]
+    return reduce(lambda a, b: a & b, terms) if terms else None
+
+
 def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
     """Rows of `partition` (None: the whole table) now in the table, from the Parquet footers of the files
     the Delta log lists (delta-rs): no Spark job."""
     if not (path / "_delta_log").is_dir():
         return 0
-    dataset = LogReader(str(path)).to_pyarrow_dataset()
-    terms = [pc.field(k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
-             for k, v in (partition or {}).items()]
-    return dataset.count_rows(filter=reduce(lambda a, b: a & b, terms) if terms else None)
+    return LogReader(str(path)).to_pyarrow_dataset().count_rows(filter=_partition_filter(partition))
+
+
+def value_counts(path: Path, column: str, partition: dict[str, object] | None = None) -> dict[str, int]:
+    """Rows per value of `column` in `partition` (None: the whole table) now in the table, read by delta-rs
+    one batch at a time (only that column of that partition's files): no Spark job."""
+    counts: Counter[str] = Counter()
+    if not (path / "_delta_log").is_dir():
+        return {}
+    scanner = LogReader(str(path)).to_pyarrow_dataset().scanner(columns=[column], filter=_partition_filter(partition))
+    for batch in scanner.to_batches():
+        for entry in pc.value_counts(batch.column(0)).to_pylist():
+            counts[entry["values"]] += entry["counts"]
+    return dict(counts)
 
 
 def check_row_drop(path: Path, partition: dict[str, object] | None, rows: int, policy: WritePolicy) -> None:

@@ -34,32 +34,46 @@ def _impressions(spark, n: int, day: date = DS, bad: int = 0, extra: dict | None
 
 def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
     paths = GemPaths(tmp_path)
-    land(spark, _impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    land(_impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     table = paths.table("bronze.impressions")
     version = table_version(table)
     with pytest.raises(RowDropError, match=r"bronze.impressions where ds = DATE'2026-11-03': the new rows \(0\) "
                                            r"would replace 20 rows.*allow_row_drop"):
-        land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+        land(_impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     assert table_version(table) == version and read_table(spark, table).count() == 20
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 2  # its rejections stand too
     assert read_journal(paths, "bronze.impressions", DS.isoformat())["state"] == "committed"
-    allowed = land(spark, _impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS,
+    allowed = land(_impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS,
                    policy=WritePolicy(max_row_drop_fraction=0.5, allow_row_drop=True))
     assert (allowed.accepted, allowed.rejected) == (0, 0) and read_table(spark, table).count() == 0
 
 
 def test_a_drop_beyond_the_fraction_is_refused_and_a_smaller_one_lands(spark, tmp_path):
     paths = GemPaths(tmp_path)
-    land(spark, _impressions(spark, 20), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    land(_impressions(spark, 20), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     with pytest.raises(RowDropError, match=r"the new rows \(9\) would replace 20 rows"):
-        land(spark, _impressions(spark, 9), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
-    landing = land(spark, _impressions(spark, 10), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+        land(_impressions(spark, 9), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
+    landing = land(_impressions(spark, 10), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     assert landing.accepted == 10
+
+
+def test_a_landing_reads_back_its_own_day_alone_and_agrees_with_spark(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    land(_impressions(spark, 6, bad=2), "bronze.impressions", paths, SURFACES, DS)
+    landing = land(_impressions(spark, 4, day=NEXT, bad=1), "bronze.impressions", paths, SURFACES, NEXT)
+    assert (landing.rows_in, landing.accepted, landing.rejected) == (5, 4, 1)
+    assert landing.reasons == {"unknown_surface": 1}
+    # The read-back (delta-rs) counts what Spark reads from the same tables.
+    by_day = {r["ds"]: r["count"] for r in read_table(spark, paths.table("bronze.impressions")).groupBy("ds").count()
+              .collect()}
+    rejected = read_table(spark, paths.table("bronze.rejected_rows")).groupBy("source_partition").count().collect()
+    assert by_day == {DS: 6, NEXT: landing.accepted}
+    assert {r["source_partition"]: r["count"] for r in rejected} == {DS.isoformat(): 2, NEXT.isoformat(): 1}
 
 
 def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_relanded(spark, tmp_path, monkeypatch):
     paths = GemPaths(tmp_path)
-    land(spark, _impressions(spark, 10, bad=1), "bronze.impressions", paths, SURFACES, DS)
+    land(_impressions(spark, 10, bad=1), "bronze.impressions", paths, SURFACES, DS)
     real = bronze.replace_partition
 
     def killed_at_the_rejected_commit(df, path, *args, **kwargs):
@@ -69,7 +83,7 @@ def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_re
 
     monkeypatch.setattr(bronze, "replace_partition", killed_at_the_rejected_commit)
     with pytest.raises(SystemExit):
-        land(spark, _impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
+        land(_impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
     monkeypatch.undo()
     entry = read_journal(paths, "bronze.impressions", DS.isoformat())
     assert entry["state"] == "started" and entry["rows_in"] == 15
@@ -78,17 +92,17 @@ def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_re
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 1
     with pytest.raises(IncompleteLandingError, match="never finished.*land it again"):
         require_landed(paths, "bronze.impressions", [DS.isoformat()])
-    landing = land(spark, _impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
+    landing = land(_impressions(spark, 12, bad=3), "bronze.impressions", paths, SURFACES, DS)
     assert (landing.accepted, landing.rejected, landing.conserved) == (12, 3, True)
     require_landed(paths, "bronze.impressions", [DS.isoformat()])
 
 
 def test_a_refused_landing_leaves_the_previous_journal_entry(spark, tmp_path):
     paths = GemPaths(tmp_path)
-    land(spark, _impressions(spark, 5, extra={"promo": "'x'"}), "bronze.impressions", paths, SURFACES, DS)
+    land(_impressions(spark, 5, extra={"promo": "'x'"}), "bronze.impressions", paths, SURFACES, DS)
     before = read_journal(paths, "bronze.impressions", DS.isoformat())
     with pytest.raises(SchemaChangeError):
-        land(spark, _impressions(spark, 5), "bronze.impressions", paths, SURFACES, DS)
+        land(_impressions(spark, 5), "bronze.impressions", paths, SURFACES, DS)
     assert read_journal(paths, "bronze.impressions", DS.isoformat()) == before
 
 
@@ -96,7 +110,7 @@ def test_one_landing_of_a_partition_at_a_time(spark, tmp_path):
     paths = GemPaths(tmp_path)
     with partition_lock(paths, "landing", "bronze.impressions", DS.isoformat(), holder="dagster run other"):
         with pytest.raises(PartitionBusyError, match="locked by another run.*dagster run other"):
-            land(spark, _impressions(spark, 3), "bronze.impressions", paths, SURFACES, DS)
+            land(_impressions(spark, 3), "bronze.impressions", paths, SURFACES, DS)
     assert not paths.table("bronze.impressions").exists()
 
 
@@ -104,12 +118,12 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
     from jobs.cli import main
 
     paths = GemPaths(gem_home)
-    land(spark, _impressions(spark, 4, extra={"promo": "'spring'"}), "bronze.impressions", paths, SURFACES, DS)
+    land(_impressions(spark, 4, extra={"promo": "'spring'"}), "bronze.impressions", paths, SURFACES, DS)
     with pytest.raises(SchemaChangeError, match=r"lack: \['promo'\].*allow_missing_columns.*"
                                                 r"gem lake drop-columns bronze.impressions promo"):
-        land(spark, _impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT)
+        land(_impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT)
     # Fix 1: keep the column, nulls for the new day.
-    kept = land(spark, _impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT,
+    kept = land(_impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT,
                 policy=WritePolicy(allow_missing_columns=True))
     assert kept.accepted == 4
     promo = {(r["ds"], r["promo"]) for r in read_table(spark, paths.table("bronze.impressions")).collect()}
@@ -118,7 +132,7 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
     main(["lake", "drop-columns", "bronze.impressions", "promo"])
     table = read_table(spark, paths.table("bronze.impressions"))
     assert "promo" not in table.columns and table.count() == 8
-    assert land(spark, _impressions(spark, 5, NEXT), "bronze.impressions", paths, SURFACES, NEXT).accepted == 5
+    assert land(_impressions(spark, 5, NEXT), "bronze.impressions", paths, SURFACES, NEXT).accepted == 5
 
 
 def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_path):

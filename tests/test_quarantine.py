@@ -34,7 +34,7 @@ def _impressions(spark):
 
 def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_path):
     paths = GemPaths(tmp_path)
-    landing = land(spark, _impressions(spark), "bronze.impressions", paths, SURFACES, DS)
+    landing = land(_impressions(spark), "bronze.impressions", paths, SURFACES, DS)
     assert landing.rows_in == 8 and landing.accepted == 2 and landing.rejected == 6 and landing.conserved
     assert landing.reasons == {"conversion_without_click": 1, "duplicate_impression_id": 1,
                                "negative_ad_id": 1, "null_user_id": 1, "ts_outside_partition": 1,
@@ -53,12 +53,12 @@ def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_pa
 def test_relanding_a_day_replaces_it_and_its_rejections(spark, tmp_path):
     paths = GemPaths(tmp_path)
     for _ in range(2):
-        landing = land(spark, _impressions(spark), "bronze.impressions", paths, SURFACES, DS)
+        landing = land(_impressions(spark), "bronze.impressions", paths, SURFACES, DS)
     assert landing.accepted == 2 and landing.rejected == 6
     assert read_table(spark, paths.table("bronze.impressions")).count() == 2
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 6
     fixed = _impressions(spark).where("impression_id LIKE 'good%'").dropDuplicates(["impression_id"])
-    landing = land(spark, fixed, "bronze.impressions", paths, SURFACES, DS)
+    landing = land(fixed, "bronze.impressions", paths, SURFACES, DS)
     assert (landing.accepted, landing.rejected) == (2, 0)
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 0
 
@@ -71,7 +71,7 @@ def test_dimension_duplicates_and_bad_keys(spark, tmp_path):
          Row(user_id=None, age_bucket="65+", country="BR", device="web"),
          Row(user_id=-3, age_bucket="65+", country="BR", device="web")],
         "user_id bigint, age_bucket string, country string, device string")
-    landing = land(spark, users, "bronze.users", paths, SURFACES)
+    landing = land(users, "bronze.users", paths, SURFACES)
     assert (landing.accepted, landing.rejected, landing.conserved) == (1, 3, True)
     assert landing.reasons == {"duplicate_user_id": 1, "negative_user_id": 1, "null_user_id": 1}
 
@@ -104,7 +104,7 @@ def test_a_line_error_comes_first_and_its_raw_line_is_kept(spark, tmp_path):
         ("i-2", 4, "1,a", "too_few_fields", {"user_id": None}),  # the line's reason, not null_user_id
         ("i-3", 5, "1,a,b", None, {"surface": "billboard"}),
     ])
-    landing = land(spark, raw, "bronze.impressions", paths, SURFACES, DS)
+    landing = land(raw, "bronze.impressions", paths, SURFACES, DS)
     assert (landing.rows_in, landing.accepted, landing.rejected, landing.conserved) == (4, 1, 3, True)
     accepted = read_table(spark, paths.table("bronze.impressions"))
     assert "_line" not in accepted.columns and [r["impression_id"] for r in accepted.collect()] == ["i-0"]

@@ -2,7 +2,7 @@
 
 The batch is split by `jobs.features.quarantine`; the accepted rows replace the bronze table
 (or its day) and the rejected rows replace that batch's slice of `bronze.rejected_rows`, so a
-re-run never duplicates either. The landing then reads both back from Delta and reports row
+re-run never duplicates either. The landing then reads both back from the Delta log (delta-rs) and reports row
 conservation (rows in = accepted + rejected) and the rejection reasons.
 
 Delta has no transaction across two tables, so a landing is made atomic the way a two-phase
@@ -27,8 +27,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from gem_model.paths import GemPaths
 from jobs.features.quarantine import REJECTED_TABLE, WHOLE_TABLE, split
@@ -37,9 +36,10 @@ from jobs.lake import (
     WritePolicy,
     check_row_drop,
     overwrite_table,
-    read_table,
     replace_partition,
+    table_rows,
     table_version,
+    value_counts,
 )
 from jobs.locks import partition_lock
 
@@ -94,7 +94,7 @@ def require_landed(paths: GemPaths, table: str, partitions: Iterable[str]) -> No
             )
 
 
-def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
+def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
          ds: date | None = None, *, policy: WritePolicy = UNGUARDED, holder: str = "") -> Landing:
     """Split `raw` and land it as `table` (day `ds`, or the whole dimension), journaled (module docstring)."""
     partition = ds.isoformat() if ds else WHOLE_TABLE
@@ -130,13 +130,10 @@ def land(spark: SparkSession, raw: DataFrame, table: str, paths: GemPaths, surfa
             accepted.unpersist()
             raw.unpersist()
 
-        landed = read_table(spark, target)
-        if ds is not None:
-            landed = landed.where(F.col("ds") == F.lit(ds))
-        quarantined = read_table(spark, paths.table(REJECTED_TABLE)).where(
-            (F.col("source_table") == table) & (F.col("source_partition") == partition))
-        reasons = {r["reason"]: int(r["count"]) for r in quarantined.groupBy("reason").count().collect()}
-        landing = Landing(table, rows_in, landed.count(), sum(reasons.values()), dict(sorted(reasons.items())))
+        # Read back from the Delta log and the Parquet files it lists (delta-rs), not from Spark's caches.
+        reasons = value_counts(paths.table(REJECTED_TABLE), "reason", slice_)
+        landing = Landing(table, rows_in, table_rows(target, {"ds": ds} if ds else None), sum(reasons.values()),
+                          dict(sorted(reasons.items())))
         _write_journal(journal, {**entry, "state": "committed", "finished_at": datetime.now(UTC).isoformat(),
                                  "accepted": landing.accepted, "rejected": landing.rejected,
                                  "delta_version": table_version(target),

@@ -45,7 +45,7 @@ def land_bronze(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str
     `policy` defaults to `landing_policy(cfg)`; `holder` names the run in the landing's lock and journal.
     """
     paths.claim_source(cfg.data.source)
-    return land(spark, RAW[table](build_source(spark, cfg), ds), table, paths, cfg.world.surfaces, ds,
+    return land(RAW[table](build_source(spark, cfg), ds), table, paths, cfg.world.surfaces, ds,
                 policy=policy or landing_policy(cfg), holder=holder)
 
 
