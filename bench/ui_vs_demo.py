@@ -112,7 +112,10 @@ class DagsterDev:
                 [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(ROOT / "workspace.yaml"),
                  "-h", "127.0.0.1", "-p", self.url.rsplit(":", 1)[1]],
                 cwd=ROOT, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                # Ctrl-C's default action: a run started in the background (`... &`) ignores SIGINT, which every
+                # process it starts would inherit, and `stop` would wait its 30 s for nothing.
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def graphql(self, query: str, **variables: object) -> dict:
         request = urllib.request.Request(f"{self.url}/graphql", method="POST",

@@ -115,6 +115,12 @@ def _wait_until_served(ui: DagsterUI) -> None:
     pytest.fail(f"dagster dev did not serve the code location within {SERVE_TIMEOUT_S} s:\n{ui.log_tail()}")
 
 
+def _interruptible() -> None:
+    """Give Ctrl-C its default action in dagster dev: a suite started in the background (`... &` in a script)
+    ignores SIGINT, and every process it starts would inherit that, so `_stop` would wait its 30 s for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stop(process: subprocess.Popen) -> None:
     """Stop `dagster dev` as Ctrl-C does (it stops the webserver, daemon and code servers), then kill whatever
     of its process group is left (a run worker, its Spark JVM)."""
@@ -148,7 +154,7 @@ def ui(tmp_path_factory) -> Iterator[DagsterUI]:
             [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(ROOT / "workspace.yaml"),
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_interruptible)
     ui = DagsterUI(f"http://127.0.0.1:{port}", gem_home, log, process)
     try:
         _wait_until_served(ui)
