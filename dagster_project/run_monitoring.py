@@ -9,6 +9,14 @@ logs at start ("Started process for run (pid: N)": runs launched from the UI, `g
 `gem export`), or, for runs executed in process (tests, scripts), by the `gem/pid` and `gem/host`
 tags (`worker_tags`). Without the daemon, the next `gem demo` / `gem export` marks the dead runs
 failed when it opens the instance (`fail_dead_runs`), through Dagster's own monitoring code.
+
+A pid outlives its process: after a reboot, or once the kernel hands it out again, another process
+may hold it. The worker is therefore known by its identity (`gem/process`: the boot id and its start
+in clock ticks since boot), which no wall clock enters: a clock step (NTP, a resumed or cloned VM)
+must not fail a live run. An in-process run carries it from the start; a worker known by its logged
+pid gets it at its first check (the daemon's comes within `poll_interval_seconds`), which fails it instead
+if the machine booted after the run started or, for a first check later than `FIRST_CHECK_TRUST_S` after
+the start (the daemon was down), if the process started after the run by the wall clock.
 """
 
 from __future__ import annotations
@@ -17,31 +25,61 @@ import logging
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import dagster as dg
 from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
-PID_TAG, HOST_TAG = "gem/pid", "gem/host"
+PID_TAG, HOST_TAG, PROCESS_TAG = "gem/pid", "gem/host", "gem/process"
 INSTANCE_CONFIG = Path(__file__).with_name("dagster.yaml")
 _STARTED_PROCESS = "Started process for run (pid: "
+FIRST_CHECK_TRUST_S = 600.0  # a logged pid first checked this soon after the run started is its worker
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot; None where /proc cannot tell or it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_identity(pid: int) -> str | None:
+    """`<boot id>/<start ticks>` of process `pid`; None where /proc cannot tell (not Linux) or it is gone."""
+    ticks = _start_ticks(pid)
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    return None if ticks is None else f"{boot}/{ticks}"
+
+
+def _started_after(pid: int, timestamp: float) -> bool:
+    """Whether process `pid` started after `timestamp` by the wall clock, where /proc can tell."""
+    ticks = _start_ticks(pid)
+    return ticks is not None and _boot_time() + ticks / os.sysconf("SC_CLK_TCK") > timestamp + 1.0
+
+
+def _boot_time() -> float:
+    """The machine's boot by the wall clock (0.0 where /proc cannot tell)."""
+    try:
+        return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return 0.0
+
+
+def _booted_after(timestamp: float) -> bool:
+    """Whether the machine booted after `timestamp`; only a clock step larger than the uptime then misleads it."""
+    return _boot_time() > timestamp
 
 
 def worker_tags() -> dict[str, str]:
     """Tags naming this process as the worker of an in-process run."""
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
-
-
-def _started_after(pid: int, timestamp: float) -> bool:
-    """Whether process `pid` started after `timestamp` (a recycled pid), where /proc can tell."""
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return False
-    return boot + ticks / os.sysconf("SC_CLK_TCK") > timestamp + 1.0
+    identity = _process_identity(os.getpid())
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(), **({PROCESS_TAG: identity} if identity else {})}
 
 
 def _alive(pid: int) -> bool:
@@ -74,11 +112,17 @@ class PidCheckingRunLauncher(DefaultRunLauncher):
         pid, host = self._worker(run)
         if pid is None or host != socket.gethostname():
             return CheckRunHealthResult(WorkerStatus.RUNNING, "worker unknown or on another host: not judged")
-        record = self._instance.get_run_record_by_id(run.run_id)
-        started = record.start_time if record and record.start_time else 0.0
-        if not _alive(pid) or _started_after(pid, started):
-            return CheckRunHealthResult(WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone "
-                                                             "(killed or crashed)")
+        gone = CheckRunHealthResult(WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone "
+                                                         "(killed or crashed)")
+        identity = _process_identity(pid)
+        if not _alive(pid) or (identity is not None and run.tags.get(PROCESS_TAG, identity) != identity):
+            return gone
+        if identity is not None and PROCESS_TAG not in run.tags:  # first check of a worker known by its logged pid
+            record = self._instance.get_run_record_by_id(run.run_id)
+            started = record.start_time if record and record.start_time else 0.0
+            if _booted_after(started) or (time.time() - started > FIRST_CHECK_TRUST_S and _started_after(pid, started)):
+                return gone
+            self._instance.add_run_tags(run.run_id, {PROCESS_TAG: identity})
         return CheckRunHealthResult(WorkerStatus.RUNNING)
 
 

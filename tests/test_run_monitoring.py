@@ -6,12 +6,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from dagster_project.run_monitoring import PidCheckingRunLauncher, ensure_instance_config, fail_dead_runs
+from dagster_project.run_monitoring import (
+    PROCESS_TAG,
+    PidCheckingRunLauncher,
+    ensure_instance_config,
+    fail_dead_runs,
+    worker_tags,
+)
 
 # A real run, executed in-process by a child process the way `gem export` and the demo run theirs.
 CHILD = textwrap.dedent("""
@@ -87,3 +94,37 @@ def test_a_run_worker_found_by_its_logged_pid(instance):
     instance.report_engine_event(f"Started process for run (pid: {dead.pid}).", run)
     assert instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status.value == "FAILED"
     assert fail_dead_runs(instance) == [run.run_id]
+
+
+def _run(instance: dg.DagsterInstance, started: datetime, tags: dict[str, str] | None = None,
+         logged_pid: int | None = None) -> str:
+    """A STARTED run whose start the wall clock put at `started`; its worker named by `tags` or a logged pid."""
+    run = instance.create_run_for_job(dg.GraphDefinition("g").to_job(), run_id=None, tags=tags)
+    instance.handle_run_event(run.run_id, dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=run.job_name),
+                              update_timestamp=started)
+    if logged_pid is not None:
+        instance.report_engine_event(f"Started process for run (pid: {logged_pid}).", run)
+    return run.run_id
+
+
+def _health(instance: dg.DagsterInstance, run_id: str) -> str:
+    return instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run_id)).status.value
+
+
+def test_a_wall_clock_step_does_not_fail_a_live_worker_and_a_reused_pid_does(instance):
+    """The clock stepped forward a day (a resumed or cloned VM) after the run started: its worker, this process,
+    now seems to have started after its run, yet it is the same process (same boot, same start ticks)."""
+    a_day_ago = datetime.now(UTC) - timedelta(days=1)
+    assert _health(instance, _run(instance, a_day_ago, worker_tags())) == "RUNNING"
+    reused = {**worker_tags(), PROCESS_TAG: worker_tags()[PROCESS_TAG].split("/")[0] + "/1"}  # another start
+    assert _health(instance, _run(instance, a_day_ago, reused)) == "FAILED"
+
+
+def test_a_logged_worker_is_identified_at_its_first_check_unless_that_comes_late(instance):
+    run_id = _run(instance, datetime.now(UTC), logged_pid=os.getpid())
+    assert _health(instance, run_id) == "RUNNING"
+    assert instance.get_run_by_id(run_id).tags[PROCESS_TAG] == worker_tags()[PROCESS_TAG]
+    # First checked a day after its start (no daemon meanwhile): a process that began since holds another's pid.
+    late = _run(instance, datetime.now(UTC) - timedelta(days=1), logged_pid=os.getpid())
+    assert _health(instance, late) == "FAILED"
+    assert PROCESS_TAG not in instance.get_run_by_id(late).tags
