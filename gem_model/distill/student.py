@@ -1,8 +1,8 @@
 """StudentModel: the small per-surface (vertical) model, an EmbeddingBagCollection and an MLP.
 
-SparseArch: one TorchRec table per hashed single-valued feature (`student.features`, rows from
-the shared `FeatureSpec` buckets, so the students read the same `<feature>_idx` columns as the
-teacher). OverArch: an MLP over the pooled embeddings and the optional dense inputs (the
+SparseArch: one TorchRec table per single-valued feature of `student.features` (rows from the
+shared `FeatureSpec` buckets, hashed or by modulo, so the students read the same `<feature>_idx`
+columns as the teacher). OverArch: an MLP over the pooled embeddings and the optional dense inputs (the
 teacher's user and ad embeddings and their inner product) to two logits, click and conversion
 given click, combined ESMM-style as in the teacher. Single process, no sharding: a student is a
 few hundred thousand parameters and must score a thousand impressions in a few milliseconds.
