@@ -1,14 +1,14 @@
 """End to end on every real dataset: features, training and export run, with rows conserved.
 
 Each dataset gets its own lake (one source per lake) and the whole asset graph at tiny scale, on
-a copy of its folder whose files longer than `MAX_LINES` keep their first lines (Open Bandit's six
-10,000-line logs; the other samples are whole): the shapes are the dataset's own and the run
-takes minutes, not ten (tests/test_sources.py lands every sample whole). Skipped when the
-datasets folder is absent (set GEM_DATA_DIR to run it elsewhere).
+a copy of its folder whose files longer than `gem_model.testing.samples.MAX_LINES` keep their first
+lines (Open Bandit's six 10,000-line logs; the other samples are whole), with the dataset's own model
+config where it has one: the shapes are the dataset's own and the run takes minutes, not ten
+(tests/test_sources.py lands every sample whole). Skipped when the datasets folder is absent (set
+GEM_DATA_DIR to run it elsewhere).
 """
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -17,31 +17,17 @@ from pyspark.sql import functions as F
 from dagster_project.definitions import build_definitions
 from dagster_project.demo import in_process, instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
-from gem_model.config import DATA_SOURCES, DATASET_CONFIGS, FeatureSpec
+from gem_model.config import DATA_SOURCES, FeatureSpec
+from gem_model.testing.samples import head_copy, sample_overrides
 from jobs.lake import read_table
 from jobs.sources import build_source, dataset_folder
 from tests.conftest import real_data_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
-OVERRIDES = {"world": {"n_days": 2, "holdout_days": 1}}
 # "mapping" (the user's own logs) has no dataset here: tests/test_source_mapping.py lands one.
 REAL = [s for s in DATA_SOURCES if s not in ("synthetic", "mapping")]
-MAX_LINES = 2_000
 
 ROOT = real_data_root()
-
-
-def _head_copy(source: Path, target: Path) -> None:
-    """`source` copied to `target`, each file cut to its first `MAX_LINES` lines."""
-    for path in source.rglob("*"):
-        if path.is_file():
-            out = target / path.relative_to(source)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("rb") as src, out.open("wb") as dst:
-                for number, line in enumerate(src):
-                    if number == MAX_LINES:
-                        break
-                    dst.write(line)
 
 
 def _count(spark, lake, table, where=None):
@@ -52,12 +38,8 @@ def _count(spark, lake, table, where=None):
 @pytest.mark.parametrize("source", REAL)
 def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     folder = dataset_folder(source)
-    _head_copy(ROOT / folder, tmp_path / "data" / folder)
-    # A dataset with a model config of its own (its fields as features) runs with it.
-    shipped = DATASET_CONFIGS / f"{source}.json"
-    own = json.loads(shipped.read_text()) if shipped.is_file() else {}
-    overrides = {**own, **OVERRIDES, "data": {**own.get("data", {}), "data_dir": str(tmp_path / "data")}}
-    (tmp_path / "overrides.json").write_text(json.dumps(overrides))
+    head_copy(ROOT / folder, tmp_path / "data" / folder)
+    (tmp_path / "overrides.json").write_text(json.dumps(sample_overrides(source, tmp_path / "data")))
     lake = LakeResource(home=str(tmp_path / "gem"), preset="tiny", config_path=str(tmp_path / "overrides.json"),
                         data_source=source)
     monkeypatch.setenv("GEM_HOME", lake.home)
