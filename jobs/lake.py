@@ -145,9 +145,9 @@ def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
 def value_counts(path: Path, column: str, partition: dict[str, object] | None = None) -> dict[str, int]:
     """Rows per value of `column` in `partition` (None: the whole table) now in the table, read by delta-rs
     one batch at a time (only that column of that partition's files): no Spark job."""
-    counts: Counter[str] = Counter()
     if not (path / "_delta_log").is_dir():
         return {}
+    counts: Counter[str] = Counter()
     scanner = LogReader(str(path)).to_pyarrow_dataset().scanner(columns=[column], filter=_partition_filter(partition))
     for batch in scanner.to_batches():
         for entry in pc.value_counts(batch.column(0)).to_pylist():

@@ -2,8 +2,9 @@
 
 The batch is split by `jobs.features.quarantine`; the accepted rows replace the bronze table
 (or its day) and the rejected rows replace that batch's slice of `bronze.rejected_rows`, so a
-re-run never duplicates either. The landing then reads both back from the Delta log (delta-rs) and reports row
-conservation (rows in = accepted + rejected) and the rejection reasons.
+re-run never duplicates either. The landing then reads both back (delta-rs: the Delta log and the
+Parquet files it lists) and reports row conservation (rows in = accepted + rejected) and the
+rejection reasons.
 
 Delta has no transaction across two tables, so a landing is made atomic the way a two-phase
 commit is: a journal entry per (table, partition) (`$GEM_HOME/landings/<table>/<partition>.json`)
@@ -130,7 +131,7 @@ def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
             accepted.unpersist()
             raw.unpersist()
 
-        # Read back from the Delta log and the Parquet files it lists (delta-rs), not from Spark's caches.
+        # What the two tables now hold, read by delta-rs: no Spark job.
         reasons = value_counts(paths.table(REJECTED_TABLE), "reason", slice_)
         landing = Landing(table, rows_in, table_rows(target, {"ds": ds} if ds else None), sum(reasons.values()),
                           dict(sorted(reasons.items())))
