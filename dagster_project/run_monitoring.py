@@ -46,9 +46,8 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def _process_identity(pid: int) -> str | None:
-    """`<boot id>/<start ticks>` of process `pid`; None where /proc cannot tell (not Linux) or it is gone."""
-    ticks = _start_ticks(pid)
+def _identity(ticks: int | None) -> str | None:
+    """`<boot id>/<start ticks>` of the process that started at `ticks`; None where /proc cannot tell."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -56,9 +55,8 @@ def _process_identity(pid: int) -> str | None:
     return None if ticks is None else f"{boot}/{ticks}"
 
 
-def _started_after(pid: int, timestamp: float) -> bool:
-    """Whether process `pid` started after `timestamp` by the wall clock, where /proc can tell."""
-    ticks = _start_ticks(pid)
+def _started_after(ticks: int | None, timestamp: float) -> bool:
+    """Whether the process that started at `ticks` started after `timestamp` by the wall clock."""
     return ticks is not None and _boot_time() + ticks / os.sysconf("SC_CLK_TCK") > timestamp + 1.0
 
 
@@ -78,7 +76,7 @@ def _booted_after(timestamp: float) -> bool:
 
 def worker_tags() -> dict[str, str]:
     """Tags naming this process as the worker of an in-process run."""
-    identity = _process_identity(os.getpid())
+    identity = _identity(_start_ticks(os.getpid()))
     return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(), **({PROCESS_TAG: identity} if identity else {})}
 
 
@@ -114,13 +112,15 @@ class PidCheckingRunLauncher(DefaultRunLauncher):
             return CheckRunHealthResult(WorkerStatus.RUNNING, "worker unknown or on another host: not judged")
         gone = CheckRunHealthResult(WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone "
                                                          "(killed or crashed)")
-        identity = _process_identity(pid)
+        ticks = _start_ticks(pid)
+        identity = _identity(ticks)
         if not _alive(pid) or (identity is not None and run.tags.get(PROCESS_TAG, identity) != identity):
             return gone
         if identity is not None and PROCESS_TAG not in run.tags:  # first check of a worker known by its logged pid
             record = self._instance.get_run_record_by_id(run.run_id)
             started = record.start_time if record and record.start_time else 0.0
-            if _booted_after(started) or (time.time() - started > FIRST_CHECK_TRUST_S and _started_after(pid, started)):
+            late = time.time() - started > FIRST_CHECK_TRUST_S
+            if _booted_after(started) or (late and _started_after(ticks, started)):
                 return gone
             self._instance.add_run_tags(run.run_id, {PROCESS_TAG: identity})
         return CheckRunHealthResult(WorkerStatus.RUNNING)
