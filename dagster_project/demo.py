@@ -83,11 +83,19 @@ def summary(lake: LakeResource) -> str:
     from jobs.lake import existing_tables
 
     spark = SparkResource().session()
+    version = lake.latest_model_version()
     lines = ["", "Tables ($GEM_HOME/lake):"]
     for name, path in existing_tables(lake.paths).items():
-        rows = spark.read.format("delta").load(str(path)).agg(F.count(F.lit(1))).first()[0]
-        lines.append(f"  {name:<28} {rows:>10,} rows")
-    version = lake.latest_model_version()
+        df = spark.read.format("delta").load(str(path))
+        if "model_version" not in df.columns:
+            lines.append(f"  {name:<28} {df.agg(F.count(F.lit(1))).first()[0]:>10,} rows")
+            continue
+        # Every model's output stays beside the others' (a re-run of the demo trains a new version on the
+        # features' new Delta version): say how much of the table is the promoted model's.
+        per_version = {r["model_version"]: r["count"] for r in df.groupBy("model_version").count().collect()}
+        versions = f", {len(per_version)} model versions" if len(per_version) > 1 else ""
+        lines.append(f"  {name:<28} {sum(per_version.values()):>10,} rows  "
+                     f"({per_version.get(version, 0):,} of {version}{versions})")
     manifest = read_manifest(lake.paths.model_dir(version))
     m = manifest["metrics"]
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from dagster_project.definitions import build_definitions
 from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
+from dagster_project.demo import summary
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
 from gem_model.config import ExportConfig
 from gem_model.export.checkpoint import bf16_supported
@@ -159,6 +160,13 @@ def test_a_second_model_version_is_exported_beside_the_first(pipeline, spark):
     builds = read_table(spark, lake.paths.table("gold.index_builds")).where(F.col("ds") == DAY)
     assert {(r.index_name, r.model_version) for r in builds.collect()} == {
         (n, v) for n in ("ads", "users") for v in (first, second)}
+    # The demo's summary tells the promoted model's rows from the other version's.
+    logits = read_table(spark, lake.paths.table("gold.teacher_logits"))
+    versions = logits.select("model_version").distinct().count()  # the modules sharing this lake may add more
+    line = next(x for x in summary(lake).splitlines() if x.split()[:1] == ["gold.teacher_logits"])
+    assert versions >= 2 and line.split()[1:] == [
+        f"{logits.count():,}", "rows", f"({logits.where(F.col('model_version') == first).count():,}", "of",
+        f"{first},", str(versions), "model", "versions)"]
 
 
 def test_exporting_a_missing_model_version_fails_naming_the_known_ones(pipeline):
