@@ -135,11 +135,11 @@ def _partition_filter(partition: dict[str, object] | None) -> pc.Expression | No
 
 
 def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
-    """Rows of `partition` (None: the whole table) now in the table, from the Parquet footers of the files
-    the Delta log lists (delta-rs): no Spark job."""
+    """Rows of `partition` (None: the whole table) now in the table (`table_stats`; 0 when there is no table yet):
+    no Spark job."""
     if not (path / "_delta_log").is_dir():
         return 0
-    return LogReader(str(path)).to_pyarrow_dataset().count_rows(filter=_partition_filter(partition))
+    return table_stats(path, partition).rows
 
 
 def value_counts(path: Path, column: str, partition: dict[str, object] | None = None) -> dict[str, int]:
@@ -153,6 +153,82 @@ def value_counts(path: Path, column: str, partition: dict[str, object] | None = 
         for entry in pc.value_counts(batch.column(0)).to_pylist():
             counts[entry["values"]] += entry["counts"]
     return dict(counts)
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's (or one partition's) schema, rows and null counts, as of one Delta version."""
+
+    version: int
+    schema: dict[str, str]  # column -> Spark's name of its type (`DataType.simpleString`), as `_schema` gives
+    rows: int
+    nulls: dict[str, int]  # the columns asked for -> their null values
+
+
+def table_stats(path: Path, partition: dict[str, object] | None = None,
+                null_columns: tuple[str, ...] = ()) -> TableStats:
+    """The schema, rows and null counts of `partition` (None: the whole table; values as Python values or their
+    ISO strings) from one snapshot of the Delta log and the per-file statistics Delta writes beside each file
+    (delta-rs: no Spark job). A column without statistics (Delta keeps them for the first 32 columns) or a file
+    without any is counted from the Parquet files themselves."""
+    if not (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
+    log = LogReader(str(path))
+    fields = {f["name"]: f["type"] for f in json.loads(log.schema().to_json())["fields"]}
+    unknown = sorted(set(partition or {}) - set(fields))
+    if unknown:
+        raise ValueError(f"{table_name(path)} has no column {unknown} to select a partition by")
+    typed = {k: _typed(v, fields[k]) for k, v in (partition or {}).items()}
+    files = pa.table(log.get_add_actions(flatten=True))
+    for column, value in typed.items():
+        files = files.filter(pc.field(f"partition.{column}") == value)
+    partitioned_by = set(log.metadata().partition_columns)
+    nulls: dict[str, int | None] = {}
+    for column in null_columns:
+        if column in partitioned_by:
+            empty = files.filter(pc.field(f"partition.{column}").is_null())
+            nulls[column] = 0 if column in typed else _stat_sum(empty, "num_records")
+        else:
+            nulls[column] = _stat_sum(files, f"null_count.{column}")
+    rows = _stat_sum(files, "num_records")
+    unread = [c for c, n in nulls.items() if n is None]
+    if rows is None or unread:
+        data = log.to_pyarrow_dataset().to_table(columns=unread, filter=_partition_filter(typed))
+        rows = data.num_rows
+        nulls.update({c: data[c].null_count for c in unread})
+    return TableStats(log.version(), {k: _spark_type(t) for k, t in fields.items()}, rows,
+                      {c: int(n or 0) for c, n in nulls.items()})
+
+
+def _stat_sum(files: pa.Table, column: str) -> int | None:
+    """The sum of a per-file statistic; None when a file lacks it."""
+    if column not in files.column_names or files[column].null_count:
+        return None
+    return int(pc.sum(files[column]).as_py() or 0)
+
+
+# Delta's names of types (the log's schema) where Spark's differ.
+_SPARK_NAMES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}
+
+
+def _spark_type(delta_type: str | dict) -> str:
+    if isinstance(delta_type, str):
+        return _SPARK_NAMES.get(delta_type, delta_type)
+    kind = delta_type["type"]
+    if kind == "array":
+        return f"array<{_spark_type(delta_type['elementType'])}>"
+    if kind == "map":
+        return f"map<{_spark_type(delta_type['keyType'])},{_spark_type(delta_type['valueType'])}>"
+    return "struct<" + ",".join(f"{f['name']}:{_spark_type(f['type'])}" for f in delta_type["fields"]) + ">"
+
+
+def _typed(value: object, delta_type: str | dict) -> object:
+    """A partition value (a Dagster partition key's string, or already typed) as the column's Arrow value."""
+    if delta_type == "date" and isinstance(value, str):
+        return pa.scalar(date.fromisoformat(value), pa.date32())
+    if delta_type in ("long", "integer", "short", "byte") and isinstance(value, str):
+        return int(value)
+    return pa.scalar(value, pa.date32()) if isinstance(value, date) else value
 
 
 def check_row_drop(path: Path, partition: dict[str, object] | None, rows: int, policy: WritePolicy) -> None:

@@ -65,7 +65,7 @@ def test_materialised_table_metadata_carries_the_contract_descriptions(spark, tm
                                "user_id bigint, user_id_idx bigint, age_bucket string, dataset_score double")
     df.write.format("delta").save(str(lake.paths.table("silver.user_features")))
 
-    metadata = table_metadata(spark, lake, "silver.user_features", 2)
+    metadata = table_metadata(lake, "silver.user_features", 2)
 
     schema = metadata["dagster/column_schema"]
     assert isinstance(schema, dg.TableSchema)
@@ -79,3 +79,62 @@ def test_materialised_table_metadata_carries_the_contract_descriptions(spark, tm
     assert columns["dataset_score"].description is None  # a column the contract does not know
     assert columns["dataset_score"].type == "double"
     assert metadata["dagster/row_count"] == 2 and metadata["table_rows"] == 2
+
+
+@pytest.mark.spark
+def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_has_none(spark, tmp_path):
+    from datetime import date
+
+    from pyspark.sql import functions as F
+
+    from jobs.lake import table_stats
+
+    # 40 columns: Delta keeps per-file statistics for the first 32, so `late_key`'s nulls are read from the files.
+    fillers = ", ".join(f"c{i} int" for i in range(36))
+    rows = [(k if k % 5 else None, *range(36), None if k % 7 == 0 else f"k{k}", date(2026, 11, 1 + k % 2))
+            for k in range(1, 60)]
+    df = spark.createDataFrame(rows, f"key bigint, {fillers}, late_key string, ds date")
+    path = tmp_path / "t"
+    df.write.format("delta").partitionBy("ds").save(str(path))
+    keys = ("key", "late_key", "ds")
+    read = spark.read.format("delta").load(str(path))
+
+    def spark_counts(where):
+        c = read.where(where).agg(F.count(F.lit(1)).alias("rows"),
+                                  *[F.sum(F.col(k).isNull().cast("long")).alias(k) for k in keys]).first()
+        return c["rows"], {k: c[k] or 0 for k in keys}
+
+    whole = table_stats(path, None, keys)
+    assert whole.schema == {f.name: f.dataType.simpleString() for f in read.schema.fields}
+    assert (whole.rows, whole.nulls) == spark_counts(F.lit(True)) and whole.nulls["late_key"] > 0
+    for day in ("2026-11-01", date(2026, 11, 2)):  # a Dagster partition key's string, or a date
+        stats = table_stats(path, {"ds": day}, keys)
+        assert (stats.rows, stats.nulls) == spark_counts(F.col("ds") == F.lit(str(day)).cast("date"))
+        assert stats.rows > 0 and stats.version == 0
+    assert table_stats(path, {"ds": "2026-11-03"}, keys).rows == 0
+    with pytest.raises(ValueError, match=r"has no column \['day'\]"):
+        table_stats(path, {"day": "2026-11-01"})
+
+
+@pytest.mark.spark
+def test_the_contract_check_names_an_empty_table_null_keys_and_a_missing_column(spark, tmp_path):
+    from dagster_project.defs.lake_tables import contract_check
+    from dagster_project.resources.lake import LakeResource
+
+    lake = LakeResource(home=str(tmp_path / "gem"))
+    path = str(lake.paths.table("silver.user_features"))
+    check = contract_check("silver.user_features")
+
+    def run() -> dg.AssetCheckResult:
+        return check(dg.build_asset_check_context(), lake=lake)
+
+    good = spark.createDataFrame([(1, 7), (2, 9)], "user_id bigint, user_id_idx bigint")
+    good.write.format("delta").save(path)
+    result = run()
+    assert result.passed and result.metadata["rows"].value == 2 and result.metadata["null_user_id"].value == 0
+    spark.createDataFrame([(None, 7), (2, 9)], "user_id bigint, user_id_idx bigint").write.format("delta") \
+        .mode("overwrite").save(path)
+    assert run().description == "1 null values in key column user_id"
+    spark.createDataFrame([], "user_id bigint").write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", "true").save(path)
+    assert run().description == "missing column user_id_idx (bigint); table is empty"

@@ -8,34 +8,30 @@ process of `dagster dev`, the daemon and each run worker loads it); a step impor
 runs inside its own body.
 """
 
-from typing import TYPE_CHECKING
-
 import dagster as dg
 
 from dagster_project.defs.partitions import partition_columns
 from dagster_project.resources.lake import LakeResource
-from dagster_project.resources.spark import SparkResource
 from jobs.table_contract import CONTRACT, schema_violations
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 def key(table: str) -> dg.AssetKey:
     return dg.AssetKey(table.split("."))
 
 
-def table_metadata(spark: "SparkSession", lake: LakeResource, table: str, rows: int) -> dict[str, object]:
-    from jobs.lake import read_table, table_rows, table_version
+def table_metadata(lake: LakeResource, table: str, rows: int) -> dict[str, object]:
+    """A materialisation's metadata: its rows, and the table's as of its newest Delta version (read from the log
+    by `jobs.lake.table_stats`: no Spark job)."""
+    from jobs.lake import table_stats
 
     path = lake.paths.table(table)
-    df = read_table(spark, path)
+    stats = table_stats(path)
     return {
         "dagster/row_count": rows,  # this materialisation's rows (its partition's, for a partitioned table)
-        "table_rows": table_rows(path),
+        "table_rows": stats.rows,
         "path": dg.MetadataValue.path(str(path)),
-        "delta_version": table_version(path),
-        "dagster/column_schema": column_schema(table, [(f.name, f.dataType.simpleString()) for f in df.schema.fields]),
+        "delta_version": stats.version,
+        "dagster/column_schema": column_schema(table, list(stats.schema.items())),
     }
 
 
@@ -61,35 +57,25 @@ def column_schema(table: str, columns: list[tuple[str, str]]) -> dg.TableSchema:
 def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = None,
                    blocking: bool = True) -> dg.AssetChecksDefinition:
     """Schema matches the contract, and the partition checked (the table, if unpartitioned) is non-empty and
-    has no null keys."""
+    has no null keys: read from the Delta log's per-file statistics (`jobs.lake.table_stats`), no Spark job."""
     scope = "partition" if partitions_def else "table"
 
     @dg.asset_check(asset=key(table), name="contract", blocking=blocking, partitions_def=partitions_def,
                     description=f"{table}: contract schema, non-empty {scope}, no null keys")
-    def _check(context: dg.AssetCheckExecutionContext, spark: SparkResource,
-               lake: LakeResource) -> dg.AssetCheckResult:
-        from pyspark.sql import functions as F
+    def _check(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+        from jobs.lake import table_stats
 
-        from jobs.lake import read_table
-
-        session = spark.session()
-        df = read_table(session, lake.paths.table(table))
-        if partitions_def is not None:
-            for column, value in partition_columns(partitions_def, context.partition_key).items():
-                df = df.where(F.col(column) == F.lit(value))
-        problems = schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields})
-        keys = CONTRACT[table].keys
-        counts = df.agg(F.count(F.lit(1)).alias("rows"),
-                        *[F.sum(F.col(k).isNull().cast("long")).alias(k) for k in keys]).first()
-        rows = int(counts["rows"])
-        nulls = {k: int(counts[k] or 0) for k in keys}
-        if rows == 0:
+        partition = partition_columns(partitions_def, context.partition_key) if partitions_def else None
+        stats = table_stats(lake.paths.table(table), partition, CONTRACT[table].keys)
+        problems = schema_violations(table, stats.schema)
+        if stats.rows == 0:
             problems.append(f"{scope} is empty")
-        problems += [f"{n} null values in key column {k}" for k, n in nulls.items() if n]
+        problems += [f"{n} null values in key column {k}" for k, n in stats.nulls.items() if n]
         return dg.AssetCheckResult(
             passed=not problems,
             description="; ".join(problems) or "ok",
-            metadata={"rows": rows, **{f"null_{k}": n for k, n in nulls.items()}},
+            metadata={"rows": stats.rows, **{f"null_{k}": n for k, n in stats.nulls.items()},
+                      "delta_version": stats.version},
         )
 
     return _check

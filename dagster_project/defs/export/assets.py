@@ -109,7 +109,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         for table, n in rows.items():
-            yield dg.MaterializeResult(asset_key=key(table), metadata=table_metadata(s, lake, table, n))
+            yield dg.MaterializeResult(asset_key=key(table), metadata=table_metadata(lake, table, n))
 
     def index_asset(name: str, spec: IndexSpec) -> dg.AssetsDefinition:
         asset_key = spec.asset_key
@@ -137,7 +137,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                                    _lineage(context, version, ds))
             context.log_event(dg.AssetMaterialization(asset_key=key(INDEX_BUILDS), metadata={
                 "index": name, "model_version": version, "ds": ds.isoformat(),
-                **table_metadata(spark.session(), lake, INDEX_BUILDS, 1)}))
+                **table_metadata(lake, INDEX_BUILDS, 1)}))
             recall = manifest[f"recall_at_{index_cfg.recall_k}"]
             return dg.MaterializeResult(
                 metadata={"path": dg.MetadataValue.path(str(directory)),
@@ -175,7 +175,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                                     version, ds, lake.paths.run_staging("candidates", context.run_id),
                                     _lineage(context, version, ds))
         return dg.MaterializeResult(metadata={"users": len(user_ids),
-                                              **table_metadata(s, lake, CANDIDATES, rows)})
+                                              **table_metadata(lake, CANDIDATES, rows)})
 
     index_builds = dg.AssetSpec(
         key(INDEX_BUILDS), group_name=GROUP, kinds={"delta"}, deps=[spec.asset_key for spec in INDEXES.values()],

@@ -53,8 +53,8 @@ def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: Spark
     context.log_event(dg.AssetMaterialization(asset_key=REJECTED_ROWS, metadata={
         "landing": f"{table} {ds or 'whole table'}", "rejected/this_landing": landing.rejected,
         **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
-        **table_metadata(spark.session(), lake, "bronze.rejected_rows", landing.rejected)}))
-    return _landing_result(spark, lake, table, landing)
+        **table_metadata(lake, "bronze.rejected_rows", landing.rejected)}))
+    return _landing_result(lake, table, landing)
 
 
 def _conservation(table: str, landing: "Landing") -> dg.AssetCheckResult:
@@ -66,9 +66,8 @@ def _conservation(table: str, landing: "Landing") -> dg.AssetCheckResult:
     )
 
 
-def _landing_result(spark: SparkResource, lake: LakeResource, table: str,
-                    landing: "Landing") -> dg.MaterializeResult:
-    metadata = table_metadata(spark.session(), lake, table, landing.accepted)
+def _landing_result(lake: LakeResource, table: str, landing: "Landing") -> dg.MaterializeResult:
+    metadata = table_metadata(lake, table, landing.accepted)
     return dg.MaterializeResult(metadata={**metadata, "rejected_rows": landing.rejected},
                                 check_results=[_conservation(table, landing)])
 
@@ -162,7 +161,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
         s = spark.session()
         rows = build_silver(s, lake.config, lake.paths, "silver.user_features")
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.user_features", rows))
+        return dg.MaterializeResult(metadata=table_metadata(lake, "silver.user_features", rows))
 
     @dg.asset(key=key("silver.ad_features"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
     def silver_ad_features(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
@@ -171,7 +170,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
 
         s = spark.session()
         rows = build_silver(s, lake.config, lake.paths, "silver.ad_features")
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "silver.ad_features", rows))
+        return dg.MaterializeResult(metadata=table_metadata(lake, "silver.ad_features", rows))
 
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
               deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
@@ -187,7 +186,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         s, ds, spec = spark.session(), partition_date(context), lake.config.features
         rows = build_user_sequences(s, lake.config, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.user_sequences")), ds)
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.user_sequences", rows),
+        return dg.MaterializeResult(metadata=table_metadata(lake, "gold.user_sequences", rows),
                                     check_results=[_sequence_check("gold.user_sequences", written,
                                                                    spec.max_seq_len, None)])
 
@@ -214,7 +213,7 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         checks = [_sequence_check("gold.training_examples", written, cfg.features.max_seq_len, "ts"),
                   _label_check(written, cfg)]
         written.unpersist()
-        return dg.MaterializeResult(metadata=table_metadata(s, lake, "gold.training_examples", rows),
+        return dg.MaterializeResult(metadata=table_metadata(lake, "gold.training_examples", rows),
                                     check_results=checks)
 
     rejected_rows = dg.AssetSpec(

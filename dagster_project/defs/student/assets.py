@@ -109,7 +109,7 @@ def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake
     df = s.createDataFrame(metric_rows(manifest), ", ".join(f"{c} {t}" for c, t in columns.items()))
     rows = replace_partition(df, paths.table(STUDENT_METRICS), {"model_version": version, "student_version": name})
     yield dg.MaterializeResult(asset_key=key(STUDENT_METRICS),
-                               metadata={"student_version": name, **table_metadata(s, lake, STUDENT_METRICS, rows)})
+                               metadata={"student_version": name, **table_metadata(lake, STUDENT_METRICS, rows)})
 
 
 def build_student_checks() -> list[dg.AssetChecksDefinition]:
