@@ -54,7 +54,7 @@ def main() -> None:
             (home / "overrides.json").write_text(json.dumps(sample_overrides(source, home / "data")))
             lake = LakeResource(home=str(home / "gem"), preset="tiny", config_path=str(home / "overrides.json"),
                                 data_source=source)
-            os.environ["GEM_HOME"], os.environ["DAGSTER_HOME"] = lake.home, str(lake.paths.dagster_home)
+            os.environ["GEM_HOME"], os.environ["DAGSTER_HOME"] = lake.home, str(home / "gem" / "dagster")  # not yours
             runner = in_process(build_definitions(lake=lake), instance_for(lake))
             jobs, compiled, started = status.jobsList(None).size(), compilations.getCount(), time.monotonic()
             run_pipeline(lake, runner)

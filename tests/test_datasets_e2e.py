@@ -43,7 +43,8 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     lake = LakeResource(home=str(tmp_path / "gem"), preset="tiny", config_path=str(tmp_path / "overrides.json"),
                         data_source=source)
     monkeypatch.setenv("GEM_HOME", lake.home)
-    monkeypatch.setenv("DAGSTER_HOME", str(lake.paths.dagster_home))  # restored after the test
+    # Its own instance, not one an earlier test left in DAGSTER_HOME (the session's pipeline lake sets it).
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "gem" / "dagster"))  # restored after the test
     instance = instance_for(lake)
     run_pipeline(lake, in_process(build_definitions(lake=lake), instance))
     cfg = lake.config
