@@ -2,9 +2,9 @@
 
 The batch is split by `jobs.features.quarantine`; the accepted rows replace the bronze table
 (or its day) and the rejected rows replace that batch's slice of `bronze.rejected_rows`, so a
-re-run never duplicates either. The landing then reads both back (delta-rs: the Delta log and the
-Parquet files it lists) and reports row conservation (rows in = accepted + rejected) and the
-rejection reasons.
+re-run never duplicates either. The landing then reads both back (delta-rs: the accepted rows from
+the Delta log's per-file statistics, the rejections' reasons from the Parquet files it lists) and
+reports row conservation (rows in = accepted + rejected) and the rejection reasons.
 
 Delta has no transaction across two tables, so a landing is made atomic the way a two-phase
 commit is: a journal entry per (table, partition) (`$GEM_HOME/landings/<table>/<partition>.json`)
@@ -38,7 +38,7 @@ from jobs.lake import (
     check_row_drop,
     overwrite_table,
     replace_partition,
-    table_rows,
+    table_stats,
     table_version,
     value_counts,
 )
@@ -132,11 +132,11 @@ def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
             raw.unpersist()
 
         # What the two tables now hold, read by delta-rs: no Spark job.
+        held = table_stats(target, {"ds": ds} if ds else None)  # its rows and the version they were counted at
         reasons = value_counts(paths.table(REJECTED_TABLE), "reason", slice_)
-        landing = Landing(table, rows_in, table_rows(target, {"ds": ds} if ds else None), sum(reasons.values()),
-                          dict(sorted(reasons.items())))
+        landing = Landing(table, rows_in, held.rows, sum(reasons.values()), dict(sorted(reasons.items())))
         _write_journal(journal, {**entry, "state": "committed", "finished_at": datetime.now(UTC).isoformat(),
                                  "accepted": landing.accepted, "rejected": landing.rejected,
-                                 "delta_version": table_version(target),
+                                 "delta_version": held.version,
                                  "rejected_delta_version": table_version(paths.table(REJECTED_TABLE))})
     return landing
