@@ -77,25 +77,20 @@ def run_pipeline(lake: LakeResource, run: JobRunner) -> None:
 
 
 def summary(lake: LakeResource) -> str:
-    from pyspark.sql import functions as F
+    from jobs.lake import existing_tables, table_stats, value_counts
 
-    from dagster_project.resources.spark import SparkResource
-    from jobs.lake import existing_tables
-
-    spark = SparkResource().session()
     version = lake.latest_model_version()
     lines = ["", "Tables ($GEM_HOME/lake):"]
     for name, path in existing_tables(lake.paths).items():
-        df = spark.read.format("delta").load(str(path))
-        if "model_version" not in df.columns:
-            lines.append(f"  {name:<28} {df.agg(F.count(F.lit(1))).first()[0]:>10,} rows")
+        stats = table_stats(path)
+        if "model_version" not in stats.schema:
+            lines.append(f"  {name:<28} {stats.rows:>10,} rows")
             continue
         # Every model's output stays beside the others' (a re-run of the demo trains a new version on the
         # features' new Delta version): say how much of the table is the promoted model's.
-        per_version = {r["model_version"]: r["count"] for r in df.groupBy("model_version").count().collect()}
+        per_version = value_counts(path, "model_version")
         versions = f", {len(per_version)} model versions" if len(per_version) > 1 else ""
-        lines.append(f"  {name:<28} {sum(per_version.values()):>10,} rows  "
-                     f"({per_version.get(version, 0):,} of {version}{versions})")
+        lines.append(f"  {name:<28} {stats.rows:>10,} rows  ({per_version.get(version, 0):,} of {version}{versions})")
     manifest = read_manifest(lake.paths.model_dir(version))
     m = manifest["metrics"]
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]
