@@ -128,8 +128,9 @@ def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy
     return df, bool(set(new) - set(current))
 
 
-def _partition_filter(partition: dict[str, object] | None) -> pc.Expression | None:
-    terms = [pc.field(k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
+def _partition_filter(partition: dict[str, object] | None, prefix: str = "") -> pc.Expression | None:
+    """The rows (or, with prefix "partition.", the log's file entries) of `partition`."""
+    terms = [pc.field(prefix + k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
              for k, v in (partition or {}).items()]
     return reduce(lambda a, b: a & b, terms) if terms else None
 
@@ -180,14 +181,15 @@ def table_stats(path: Path, partition: dict[str, object] | None = None,
         raise ValueError(f"{table_name(path)} has no column {unknown} to select a partition by")
     typed = {k: _typed(v, fields[k]) for k, v in (partition or {}).items()}
     files = pa.table(log.get_add_actions(flatten=True))
-    for column, value in typed.items():
-        files = files.filter(pc.field(f"partition.{column}") == value)
+    if typed:
+        files = files.filter(_partition_filter(typed, "partition."))
     partitioned_by = set(log.metadata().partition_columns)
     nulls: dict[str, int | None] = {}
     for column in null_columns:
-        if column in partitioned_by:
-            empty = files.filter(pc.field(f"partition.{column}").is_null())
-            nulls[column] = 0 if column in typed else _stat_sum(empty, "num_records")
+        if column in typed:
+            nulls[column] = 0
+        elif column in partitioned_by:
+            nulls[column] = _stat_sum(files.filter(pc.field(f"partition.{column}").is_null()), "num_records")
         else:
             nulls[column] = _stat_sum(files, f"null_count.{column}")
     rows = _stat_sum(files, "num_records")
@@ -223,12 +225,12 @@ def _spark_type(delta_type: str | dict) -> str:
 
 
 def _typed(value: object, delta_type: str | dict) -> object:
-    """A partition value (a Dagster partition key's string, or already typed) as the column's Arrow value."""
-    if delta_type == "date" and isinstance(value, str):
-        return pa.scalar(date.fromisoformat(value), pa.date32())
-    if delta_type in ("long", "integer", "short", "byte") and isinstance(value, str):
-        return int(value)
-    return pa.scalar(value, pa.date32()) if isinstance(value, date) else value
+    """A partition value (a Dagster partition key's string, or already typed) as the column's Python value."""
+    if not isinstance(value, str):
+        return value
+    if delta_type == "date":
+        return date.fromisoformat(value)
+    return int(value) if delta_type in ("long", "integer", "short", "byte") else value
 
 
 def check_row_drop(path: Path, partition: dict[str, object] | None, rows: int, policy: WritePolicy) -> None:
