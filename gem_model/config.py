@@ -28,6 +28,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from gem_model.documents import DocumentError, load_json, read_document
+
 SURFACES: tuple[str, ...] = ("feed", "stories", "reels", "messaging", "offsite")
 TASKS: tuple[str, ...] = ("ctr", "cvr")
 
@@ -1028,18 +1030,20 @@ def _read_overrides(path: Path) -> dict[str, Any]:
     where = f"config file {path} (GEM_CONFIG or --config)"
     fix = f"write a JSON object of overrides, e.g. {_OVERRIDES_EXAMPLE}"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_document(path)
     except FileNotFoundError:
         raise ConfigError(f"{where} does not exist; point GEM_CONFIG at an existing file, or unset it to use "
                           "the preset alone") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigError(f"{where} cannot be read ({e}); point GEM_CONFIG at a readable UTF-8 JSON file") from None
+    except DocumentError as e:
+        raise ConfigError(f"{where} {e}") from None
     if not text.strip():
         raise ConfigError(f"{where} is empty; {fix}, or unset GEM_CONFIG to use the preset alone")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; {fix}") from None
+        data = load_json(text)
+    except DocumentError as e:
+        raise ConfigError(f"{where} {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level is {_kind(data)}, not a JSON object; {fix}")
     return data

@@ -1,3 +1,4 @@
+import gzip
 import json
 import re
 import sys
@@ -21,6 +22,7 @@ from gem_model.config import (
     WorldConfig,
     with_later_settings,
 )
+from gem_model.documents import MAX_BYTES
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
 # change these: last, integer ids by modulo and labels in rows of their own (`SparseFeature.encoding`).
@@ -319,7 +321,7 @@ def test_config_errors_are_value_errors():
     ("", " is empty; write a JSON object of overrides, e.g. {"),
     ("  \n", " is empty; write a JSON object of overrides"),
     ('{"train": {"epochs": 1,}}', " is not valid JSON: Expecting property name enclosed in double quotes at line 1, "
-                                  "column 24; write a JSON object of overrides"),
+                                  "column 24; fix the syntax there"),
     ('{\n  "train": {"epochs": 1}\n  "world": {}\n}',
      " is not valid JSON: Expecting ',' delimiter at line 3, column 3"),
     ("[1, 2]", ": the top level is an array, not a JSON object; write a JSON object of overrides"),
@@ -342,6 +344,29 @@ def test_a_bad_value_in_a_gem_config_file_names_the_file_and_the_key(tmp_path, m
         GemConfig.from_env()
     path.write_text('{"train": {"epochs": 1}}')
     assert GemConfig.from_env().train.epochs == 1
+
+
+HOSTILE_CONFIG_FILES = [
+    (b'{"train": {"epochs": 1},\n "world": {},\n "train": {"epochs": 9}}',
+     " repeats the key 'train' at line 3, first given at line 1 (only one copy would be kept, silently); keep one"),
+    (b'{"train": {"epochs": 1, "epochs": 9}}', " repeats the key 'epochs' at line 1, first given at line 1"),
+    (b"[" * 50_000 + b"]" * 50_000, " nests deeper than 50 levels at line 1; flatten it"),
+    (gzip.compress(b'{"train": {"epochs": 1}}'), " is gzip-compressed; decompress it: it must be UTF-8 text"),
+    ('{"data": {"data_dir": "/données"}}'.encode("latin-1"), " is not UTF-8 text (byte 0xe9 at line 1); save it "
+                                                            "as UTF-8"),
+    (b'{"train": {"epochs": 1}}\x00\x00', " is binary (a NUL byte at line 1); it must be UTF-8 text"),
+    (b" " * (MAX_BYTES + 1), f" is larger than {MAX_BYTES} bytes"),
+]
+
+
+@pytest.mark.parametrize("data, message", HOSTILE_CONFIG_FILES)
+def test_a_hostile_gem_config_file_is_refused_naming_the_file_and_the_problem(tmp_path, monkeypatch, data, message):
+    """Repeated keys (JSON keeps the last silently), deep nesting (a RecursionError), gzip, Latin-1, binary, huge."""
+    path = tmp_path / "overrides.json"
+    path.write_bytes(data)
+    monkeypatch.setenv("GEM_CONFIG", str(path))
+    with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path} (GEM_CONFIG or --config){message}")):
+        GemConfig.from_env()
 
 
 def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ tests/test_sources.py.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from gem_model.config import ConfigError, GemConfig
+from gem_model.documents import MAX_BYTES
 from gem_model.paths import GemPaths
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
@@ -159,6 +161,88 @@ def test_gem_source_mapping_selects_the_mapping_source(monkeypatch, tmp_path):
     assert cfg.fingerprint != GemConfig.load("tiny", mapping=str(tmp_path / "other.yaml")).fingerprint
     with pytest.raises(ConfigError, match="data.mapping='m.yaml' is set but data.source='synthetic'"):
         GemConfig.from_dict({"data": {"mapping": "m.yaml"}})
+
+
+# -- Hostile or odd mapping files: refused with the file, the line and the fix, never with their content --
+
+def _refused(path: Path, message: str) -> str:
+    """The MappingError of `path`, which must name the file and hold `message`."""
+    with pytest.raises(MappingError) as error:
+        load_mapping(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+    return str(error.value)
+
+
+def _file(tmp_path: Path, content: str | bytes, name: str = "mapping.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return path
+
+
+def test_an_alias_bomb_is_refused_at_its_first_anchor_without_expanding_it(tmp_path):
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    message = _refused(_file(tmp_path, "\n".join([*levels, "name: *i"]) + "\n"),
+                       "uses an anchor or alias (& or *) at line 1; write the value out in full")
+    assert "lol" not in message and len(message) < 400  # 9**9 copies of "lol" were never built
+
+
+@pytest.mark.parametrize("suffix, text", [(".yaml", "name: " + "[" * 50_000 + "]" * 50_000),
+                                          (".json", '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}")])
+def test_a_deeply_nested_mapping_is_a_mapping_error_not_a_recursion_error(tmp_path, suffix, text):
+    _refused(_file(tmp_path, text, f"mapping{suffix}"), "nest")  # libyaml stops flow nesting at 1,000 itself
+
+
+def test_a_compressed_binary_or_latin_1_mapping_is_refused_naming_the_file(tmp_path):
+    text = yaml.safe_dump(MAPPING, sort_keys=False)
+    _refused(_file(tmp_path, gzip.compress(text.encode()), "mapping.yaml.gz"), "is gzip-compressed; decompress it")
+    _refused(_file(tmp_path, text.replace("shop_logs", "boutique_été").encode("latin-1")),
+             "is not UTF-8 text (byte 0xe9 at line 1); save it as UTF-8")
+    _refused(_file(tmp_path, b"\x7fELF\x02\x01\x01\x00"), "is binary (a NUL byte at line 1)")
+    _refused(_file(tmp_path, "# " + "x" * MAX_BYTES), f"is larger than {MAX_BYTES} bytes")
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, suffix):
+    lines = yaml.safe_dump(MAPPING, sort_keys=False).splitlines() if suffix == ".yaml" else \
+        json.dumps(MAPPING, indent=1).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith(('user_id:', '"user_id":')))
+    lines.insert(at + 1, lines[at].replace("customer", "product"))  # user_id again, on the next line
+    _refused(_file(tmp_path, "\n".join(lines), f"mapping{suffix}"),
+             f"repeats the key 'user_id' at line {at + 2}, first given at line {at + 1}")
+
+
+def test_yes_no_on_off_and_leading_zeros_stay_the_text_written(tmp_path):
+    """YAML 1.1 reads `yes` as true, which became the code "True"; here labels and codes are the file's text."""
+    mapping = load_mapping(_file(tmp_path, """
+name: yes_no
+impressions: {folder: logs, files: [a.csv], columns: {slot: string, user: bigint, item: bigint, clicked: string},
+              header: [slot, 101, D109_14, 1.0]}
+user_id: user
+ad_id: item
+surface: {column: slot, values: {yes: feed, no: reels, 07: stories, 1.0: feed}}
+clicked: {column: clicked, positive: [yes, on, Y], negative: [no, off, 0]}
+"""))
+    assert mapping.surface.values == (("yes", "feed"), ("no", "reels"), ("07", "stories"), ("1.0", "feed"))
+    assert (mapping.clicked.positive, mapping.clicked.negative) == (("yes", "on", "Y"), ("no", "off", "0"))
+    assert mapping.layout.header == ("slot", "101", "D109_14", "1.0")
+
+
+@pytest.mark.parametrize("suffix, changes, message", [
+    (".yaml", {"clicked__positive": [True]}, "clicked.positive[0]: True is a boolean, not text as the file writes "
+                                             'it; quote it as the file writes it, e.g. "true"'),
+    (".json", {"clicked__negative": [0.0]}, "clicked.negative[0]: 0.0 is a number with a fraction, not text"),
+    (".yaml", {"surface__values": {True: "feed"}}, "surface.values: True is a boolean, not text"),
+])
+def test_a_boolean_or_fraction_where_the_file_has_text_is_refused_with_quote_it(tmp_path, suffix, changes, message):
+    _refused(_write(tmp_path, _changed(**changes), suffix), message)
+
+
+def test_a_path_that_is_no_mapping_is_not_quoted(tmp_path):
+    secret = _file(tmp_path, "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n",
+                   "passwd")
+    message = _refused(secret, "(top level): is a string, not a mapping of keys")
+    assert "root:x" not in message and "daemon" not in message
 
 
 # (shown_at, customer, product, placement, clicked, bought, country, hour); january then february.
