@@ -372,6 +372,9 @@ class DataConfig:
     data_dir: str = ""
     # source "mapping": the user's own logs mapped onto bronze by this file (YAML or JSON; docs/datasets.md).
     mapping: str = ""
+    # A mapping's paths must lie inside its data root (the mapping file's folder; the datasets folder for a
+    # built-in one) once resolved, links followed: a mapping may come from anyone. True lifts that rule.
+    allow_outside_data_root: bool = False
     # The label-rate check: per-surface click rate must lie in these bounds, judged only on
     # surfaces with at least `label_check_min_rows` impressions in the partition.
     click_rate_bounds: tuple[Fraction, Fraction] = (0.001, 0.8)
@@ -863,7 +866,8 @@ class StudentConfig:
 DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
-LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
+LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction", "allow_outside_data_root"),
+                                              "world": ("open_ended",)}
 # Settings added after teachers were named (nested like the config), each with the value that reproduces the
 # teachers trained before it: hashed only when set away from that value, so that every existing name stays, and
 # filled in where a saved config lacks them (`with_later_settings`), so that those teachers load as they were

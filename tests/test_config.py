@@ -410,7 +410,9 @@ def test_a_hostile_gem_config_file_is_refused_naming_the_file_and_the_problem(tm
         GemConfig.from_env()
 
 
-
+def test_allowing_data_outside_the_data_root_does_not_rename_the_teacher():
+    allowed = GemConfig.from_dict({"data": {"allow_outside_data_root": True}})
+    assert allowed.data.allow_outside_data_root and allowed.fingerprint == PRESET_FINGERPRINTS["tiny"]
 
 
 def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monkeypatch):

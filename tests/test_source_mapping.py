@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,7 +23,7 @@ from gem_model.paths import GemPaths
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
 from jobs.sources.lines import SourceFormatError
-from jobs.sources.mapped import BUILT_IN
+from jobs.sources.mapped import BUILT_IN, Source, mapping_of
 from jobs.sources.mapping import MappingError, load_mapping
 
 MAPPING = {
@@ -245,6 +246,47 @@ def test_a_path_that_is_no_mapping_is_not_quoted(tmp_path):
     assert "root:x" not in message and "daemon" not in message
 
 
+def _located(tmp_path: Path, allow_outside: bool = False, **changes) -> tuple[Path, Path]:
+    """(data root, files' folder) of MAPPING with `changes`, written in `tmp_path`/mine."""
+    (tmp_path / "mine").mkdir(exist_ok=True)
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", _changed(**changes))))
+    cfg = GemConfig.from_dict({"data": {"allow_outside_data_root": allow_outside}}, base=cfg)
+    _, root, folder = mapping_of(cfg, None)
+    return root, folder
+
+
+@pytest.mark.parametrize("changes, key, resolved", [
+    ({"impressions__files": ["january.tsv", "../../" * 20 + "etc/passwd"]}, "impressions.files[1]", "/etc/passwd"),
+    ({"impressions__folder": "/etc"}, "impressions.folder", "/etc"),
+    ({"impressions__folder": "/etc", "impressions__files": ["passwd"]}, "impressions.folder", "/etc"),
+    ({"users": {"file": "../../elsewhere.csv", "columns": {"customer": "string"}, "id": "customer"}}, "users.file",
+     "elsewhere.csv"),
+])
+def test_a_mapping_path_outside_its_data_root_is_refused_naming_the_key(tmp_path, changes, key, resolved):
+    with pytest.raises(MappingError) as error:
+        _located(tmp_path, **changes)
+    root = (tmp_path / "mine").resolve()
+    assert str(error.value).startswith(f"{root / 'mapping.yaml'}: {key}: ")
+    assert f"{resolved}, outside the data root {root}; keep the data" in str(error.value)
+    assert "data.allow_outside_data_root: true" in str(error.value)
+
+
+def test_a_symlink_out_of_the_data_root_is_refused_and_an_explicit_allowance_lifts_the_rule(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "mine" / "logs").mkdir(parents=True)
+    (tmp_path / "mine" / "logs" / "january.tsv").symlink_to(tmp_path / "elsewhere" / "january.tsv")
+    with pytest.raises(MappingError, match=r"impressions.files\[0\]: 'logs/january.tsv' is .*/elsewhere/january.tsv, "
+                                           "outside the data root"):
+        _located(tmp_path)
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(MappingError, match="impressions.folder: '../linked' is .*/elsewhere, outside the data root"):
+        _located(tmp_path, impressions__folder="../linked", impressions__files=["january.tsv"])
+    root, folder = _located(tmp_path, allow_outside=True, impressions__folder="../linked")
+    assert (root, folder) == ((tmp_path / "mine").resolve(), (tmp_path / "mine").resolve() / "../linked")
+    inside = _located(tmp_path, impressions__folder=str(tmp_path / "mine" / "logs"), impressions__files=["x.tsv"])
+    assert inside[1] == tmp_path / "mine" / "logs"  # an absolute path inside the root is fine
+
+
 # (shown_at, customer, product, placement, clicked, bought, country, hour); january then february.
 JANUARY = [
     "shown_at\tcustomer\tproduct\tplacement\tclicked\tbought\tcountry\thour",
@@ -375,3 +417,25 @@ def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(
     rejected = [(r["source_table"], r["reason"], r["source_file"], r["source_line"])
                 for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
     assert rejected == [("bronze.events", "unparsable_at", "logs/views.csv", 5)]
+
+
+@pytest.mark.spark
+def test_a_header_error_never_quotes_a_file_outside_the_data_root(spark, tmp_path):
+    """Even where reading outside the root is allowed, the error names the file but does not quote its lines."""
+    (tmp_path / "elsewhere").mkdir()
+    first_line = "root:x:0:0:root:/root:/bin/bash"
+    (tmp_path / "elsewhere" / "passwd").write_text(first_line + "\ndaemon:x:1:1::/:/bin/false\n")
+    (tmp_path / "mine").mkdir()
+    mapping = _changed(impressions__folder="../elsewhere", impressions__files=["passwd"])
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", mapping)))
+    cfg = GemConfig.from_dict({"data": {"allow_outside_data_root": True}}, base=cfg)
+    with pytest.raises(SourceFormatError) as error:
+        Source(spark, cfg, None).users()
+    assert "passwd: the header is not the one this adapter reads" in str(error.value)
+    assert "found 1 (not quoted: the file lies outside the data root" in str(error.value)
+    assert "root:x" not in str(error.value) and "daemon" not in str(error.value)
+    (tmp_path / "mine" / "passwd").write_text(first_line + "\n")  # inside the root, the line found is quoted
+    inside = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", _changed(impressions__folder="",
+                                                                                    impressions__files=["passwd"]))))
+    with pytest.raises(SourceFormatError, match=re.escape(f"found 1 ['{first_line}']")):
+        Source(spark, inside, None).users()

@@ -3,7 +3,7 @@ onto the bronze tables.
 
     name: my_logs                       # [a-z0-9_]+: impression ids <name>-<file stem>-<row>
     impressions:
-      folder: logs                      # relative to data.data_dir (or absolute)
+      folder: logs                      # under the data root: the mapping file's folder (see below)
       files: [train.csv, test.csv]      # read in this order: a later file takes the later days
       holdout_files: [test.csv]         # optional: exactly these files' rows fill the holdout days
       format: text                      # or parquet (files or folders), delta (tables; `version: N` pins one)
@@ -28,6 +28,11 @@ Label values and surface codes are matched as written in the file; a value in ne
 `invalid_label_<column>` row in the quarantine. The file is read strictly (`gem_model.documents`: UTF-8,
 at most 1 MiB and 50 levels, no anchors, aliases or repeated keys; `yes`, `no`, `07` stay text), and a
 boolean or a number with a fraction where a label value or code belongs is refused: quote it.
+
+Data paths: `impressions.folder`, and every file under it (`files`, `events.file`, `users.file`,
+`ads.file`), are relative to the data root (the mapping file's own folder for a user's mapping, the
+datasets folder for a built-in one) and, once resolved (`..` and symlinks followed), must lie inside it
+unless the config allows otherwise (`data.allow_outside_data_root`): `data_folder`.
 
 Every problem is a `MappingError` naming the file, the key, what is wrong and the fix.
 docs/datasets.md documents every key with a complete example.
@@ -420,3 +425,30 @@ def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, s
         _surface(reader, table["surface"], columns, "events.surface", "events")
     return Events("file", *_action(reader, table, columns, "events"), layout, user, item, order_by, surface)
 
+
+def data_folder(mapping: SourceMapping, source: Path, root: Path, allow_outside: bool = False) -> Path:
+    """The folder of `mapping`'s files: `impressions.folder` under the data `root`.
+
+    It and every file the mapping names must lie inside `root` once resolved (`..` and symlinks
+    followed), or a `MappingError` (naming `source`, the mapping's file, and the key) says so, unless
+    `allow_outside` (`data.allow_outside_data_root`): a mapping may come from anyone, and must not make
+    the pipeline read `/etc/passwd` into the quarantine's raw lines.
+    """
+    root = root.resolve()
+    folder = root / mapping.folder
+    if allow_outside:
+        return folder
+    named = [("impressions.folder", Path(mapping.folder))]
+    named += [(f"impressions.files[{i}]", Path(mapping.folder, f)) for i, f in enumerate(mapping.files)]
+    for key, own in (("users.file", mapping.users.file), ("ads.file", mapping.ads.file),
+                     ("events.file", mapping.events.file)):
+        if own is not None:
+            named.append((key, Path(mapping.folder, own.name)))
+    for key, written in named:  # relative to the root, or absolute
+        resolved = (root / written).resolve()
+        if not resolved.is_relative_to(root):
+            raise _Reader(source).fail(
+                key, f"{_show(str(written))} is {resolved}, outside the data root {root}",
+                "keep the data (and what its links point to) under the data root, or set "
+                "data.allow_outside_data_root: true in the config to read it where it is")
+    return folder
