@@ -7,6 +7,7 @@ tests/test_sources.py.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
@@ -22,7 +23,7 @@ from gem_model.documents import MAX_BYTES
 from gem_model.paths import GemPaths
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
-from jobs.sources.lines import SourceFormatError
+from jobs.sources.lines import SourceFormatError, check_header
 from jobs.sources.mapped import BUILT_IN, Source, mapping_of
 from jobs.sources.mapping import MappingError, load_mapping
 
@@ -287,6 +288,14 @@ def test_a_symlink_out_of_the_data_root_is_refused_and_an_explicit_allowance_lif
     assert inside[1] == tmp_path / "mine" / "logs"  # an absolute path inside the root is fine
 
 
+def test_a_header_line_that_is_no_delimited_line_names_the_file_and_line_1(tmp_path):
+    layout = dataclasses.replace(load_mapping(_write(tmp_path, MAPPING)).layout, name="wide.tsv")
+    wide = _file(tmp_path, "a" * 200_000 + "\tb\n1\t2\n", "wide.tsv")  # a field beyond the csv module's limit
+    with pytest.raises(SourceFormatError, match=rf"^{re.escape(str(wide))}: line 1, the header, is not a delimited "
+                                                r"line \(field larger than field limit"):
+        check_header(wide, layout)
+
+
 # (shown_at, customer, product, placement, clicked, bought, country, hour); january then february.
 JANUARY = [
     "shown_at\tcustomer\tproduct\tplacement\tclicked\tbought\tcountry\thour",
@@ -417,6 +426,24 @@ def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(
     rejected = [(r["source_table"], r["reason"], r["source_file"], r["source_line"])
                 for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
     assert rejected == [("bronze.events", "unparsable_at", "logs/views.csv", 5)]
+
+
+@pytest.mark.spark
+def test_old_mac_line_endings_land_every_line(spark, tmp_path):
+    """Bare CR line ends (no LF at all): the header is read as Spark splits lines, and every row lands."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "old_mac.csv").write_bytes(b"user,item,bought\r1,7,0\r1,8,1\r2,7,x\r")
+    mapping = {"name": "old_mac", "impressions": {"folder": "logs", "files": ["old_mac.csv"],
+                                                 "columns": {"user": "bigint", "item": "bigint", "bought": "int"}},
+               "user_id": "user", "ad_id": "item", "surface": "feed", "clicked": "all",
+               "converted": {"column": "bought", "positive": ["1"], "negative": ["0"]}}
+    _, paths = _land(spark, tmp_path, mapping, 2, ("bronze.impressions",))
+    accepted = sorted((r["user_id"], r["ad_id"], r["converted"])
+                      for r in read_table(spark, paths.table("bronze.impressions")).collect())
+    rejected = [(r["source_file"], r["source_line"], r["reason"], r["raw_line"])
+                for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
+    assert accepted == [(1, 7, False), (1, 8, True)]
+    assert rejected == [("logs/old_mac.csv", 4, "invalid_label_bought", "2,7,x")]
 
 
 @pytest.mark.spark

@@ -4,10 +4,10 @@ Spark's CSV reader is permissive: a line with a missing field is padded with nul
 field is dropped (the rest shifted into the wrong columns), a value that does not parse (an
 overflowing id, text in a number) silently becomes null, and bytes that are not UTF-8 become
 ids of users and ads that do not exist. Here each file is read as text lines instead
-(`spark.read.text` keeps a line's raw bytes, and its scan partitions keep a file's lines in
-order), its header must be exactly the expected one (another header means the format changed:
-`SourceFormatError`, and nothing lands), and each data line is checked in this order, the first
-failure being its reason:
+(`spark.read.text` keeps a line's raw bytes, ends lines at LF, CR LF or a bare CR, and its scan
+partitions keep a file's lines in order), its header must be exactly the expected one (another
+header means the format changed: `SourceFormatError`, and nothing lands), and each data line is
+checked in this order, the first failure being its reason:
 
 - `invalid_utf8`: the line is not valid UTF-8;
 - `too_few_fields` / `too_many_fields`: fields counted outside double quotes (a truncated line
@@ -48,6 +48,8 @@ from jobs.sources import columnar
 
 LABEL_VALUES = ("0", "1")
 FORMATS = ("text", "parquet", "delta")  # delimited text here; the columnar ones in jobs.sources.columnar
+# A header line is the column names: one longer than this means a file that is not delimited text at all.
+MAX_HEADER_BYTES = 1 << 20
 
 
 class SourceFormatError(ValueError):
@@ -114,9 +116,12 @@ def check_header(path: Path, text_file: TextFile, quote: bool = True) -> None:
     found is quoted only when `quote` (the file lies inside the data root: `/etc/passwd` is not quoted)."""
     if text_file.header is None:
         return
-    with path.open("rb") as fh:
-        first = fh.readline().rstrip(b"\r\n").decode("utf-8", errors="replace").removeprefix("\ufeff")
-    found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
+    first = _first_line(path).decode("utf-8", errors="replace").removeprefix("\ufeff")
+    try:
+        found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
+    except csv.Error as e:  # e.g. a field over the csv module's limit: no header of this layout
+        raise SourceFormatError(f"{path}: line 1, the header, is not a delimited line ({e}); the file's format "
+                                "changed and nothing was landed; restore the file") from None
     if found != text_file.header:
         missing = [c for c in text_file.header if c not in found]
         unexpected = [c for c in found if c not in text_file.header]
@@ -127,6 +132,18 @@ def check_header(path: Path, text_file: TextFile, quote: bool = True) -> None:
             f"landed; expected {len(text_file.header)} columns {list(text_file.header)}, found {len(found)} "
             f"{seen}; update the adapter's layout in jobs/sources/ for the new format, or restore the file"
         )
+
+
+def _first_line(path: Path) -> bytes:
+    """The first line of `path`, ended as Spark's text reader ends lines (at LF, CR LF or a bare CR, as old
+    Mac files end them), so the header checked is the very line Spark skips."""
+    with path.open("rb") as fh:
+        head = fh.read(MAX_HEADER_BYTES + 1)
+    end = re.search(rb"[\r\n]", head)
+    if end is None and len(head) > MAX_HEADER_BYTES:
+        raise SourceFormatError(f"{path}: line 1, the header, runs past {MAX_HEADER_BYTES} bytes without a line "
+                                "end; this is no delimited text file: point at the right file")
+    return head if end is None else head[: end.start()]
 
 
 def read_text_files(spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile],
