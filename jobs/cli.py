@@ -7,7 +7,8 @@
           [--var NAME=VALUE ...]      (docs/SQL.md), e.g. --var for_user_id=42
     gem neighbors --user-id N [--k 10] [--model-version V] [--ds D]
                                       nearest ads to a user from the FAISS ads index of a day
-    gem promote VERSION               point models/LATEST at VERSION if its holdout check passes
+    gem promote VERSION               point models/LATEST at VERSION if the promotion rule accepts it;
+          [--force --reason TEXT]     --force waives only the comparison with the promoted model (a rollback)
     gem lake drop-columns TABLE COL...
                                       rewrite a lake table without columns a source no longer has
     gem export --ds D [--model-version V]
@@ -23,8 +24,9 @@ import csv
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-from gem_model.config import ConfigError
+from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
 
 
@@ -96,16 +98,22 @@ def neighbors(user_id: int, k: int, model_version: str | None, ds: str | None) -
                 "table")
 
 
-def promote(version: str) -> None:
-    """Point models/LATEST at `version` if its holdout check passes (the teacher asset's own rule)."""
+def promote(paths: GemPaths, version: str, force_reason: str) -> None:
+    """Point models/LATEST at `version` under the teacher asset's own promotion rule; `force_reason` waives
+    the comparison with the promoted model (a rollback) and is recorded with the decision."""
+    from gem_model.integrity import CorruptArtefactError
     from gem_model.train.promotion import PromotionRefusedError
     from gem_model.train.promotion import promote as promote_version
 
     try:
-        check = promote_version(GemPaths.from_env(), version)
-    except (PromotionRefusedError, FileNotFoundError) as error:
+        decision = promote_version(paths, version, GemConfig.from_env().promotion, "gem promote", force_reason)
+    except (ConfigError, CorruptArtefactError) as error:
         raise SystemExit(f"gem promote: {error}") from None
-    print(f"LATEST -> {version} ({check.description})")
+    except PromotionRefusedError as error:
+        rollback = (" To roll back past the promoted model anyway: gem promote VERSION --force --reason TEXT"
+                    if error.decision.regressions and not error.decision.problems else "")
+        raise SystemExit(f"gem promote: {error}.{rollback}") from None
+    print(f"LATEST -> {version} ({decision.description})")
 
 
 def drop_columns(table: str, columns: list[str]) -> None:
@@ -147,9 +155,26 @@ def export(ds: str, model_version: str | None) -> None:
     print(f"exported ds={ds} with model {version} (run {run.run_id})")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors (`gem neighbors: error: argument --k: ...`, exit status 2): the
+    line names the argument and what it allows; `gem COMMAND --help` has the rest."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _model_version(paths: GemPaths, version: str | None, argument: str, parser: argparse.ArgumentParser) -> str:
+    """`version`, or the promoted one where it is None, if it names a finished model; a parser error naming the
+    known versions if not (a path such as ../models/V included)."""
+    try:
+        return paths.require_model_version(version) if version is not None else paths.latest_model_version()
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(f"argument {argument}: {error}" if version is not None
+                     else f"argument {argument} not given, and {error}")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="gem", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="gem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
     demo.add_argument("--verbose", action="store_true", help="print the runs' DEBUG events too")
@@ -165,8 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     nb.add_argument("--k", type=int, default=10)
     nb.add_argument("--model-version", default=None)
     nb.add_argument("--ds", default=None, help="the index's day (default: the newest the version has)")
-    pr = sub.add_parser("promote", help="point models/LATEST at a version whose holdout check passes")
-    pr.add_argument("version")
+    pr = sub.add_parser("promote", help="point models/LATEST at a version the promotion rule accepts")
+    pr.add_argument("version", metavar="VERSION", help="a model version name (gem sql: meta.models)")
+    pr.add_argument("--force", action="store_true",
+                    help="waive the comparison with the promoted model (a rollback); needs --reason")
+    pr.add_argument("--reason", default="", help="why the comparison is waived, recorded with the decision")
     lk = sub.add_parser("lake", help="maintain the lake's tables").add_subparsers(dest="lake_command", required=True)
     dc = lk.add_parser("drop-columns", help="rewrite a table without some columns (one Delta commit)")
     dc.add_argument("table", help="<layer>.<table>, e.g. bronze.impressions")
@@ -175,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ex.add_argument("--ds", required=True, help="the partition, e.g. 2026-11-06")
     ex.add_argument("--model-version", default=None, help="default: the latest teacher")
     args = parser.parse_args(argv)
+    paths = GemPaths.from_env()
     if args.command == "demo":
         from dagster_project.demo import main as demo_main
 
@@ -195,7 +224,10 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as error:
             raise SystemExit(f"gem export: {error}") from None
     elif args.command == "promote":
-        promote(args.version)
+        if args.force != bool(args.reason.strip()):
+            pr.error("argument --reason: --force and a non-empty --reason go together: the reason is recorded "
+                     "with the decision, e.g. --force --reason 'roll back: serving regression'")
+        promote(paths, _model_version(paths, args.version, "VERSION", pr), args.reason.strip())
     elif args.command == "lake":
         drop_columns(args.table, args.columns)
     else:
