@@ -723,6 +723,34 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class PromotionConfig:
+    """The rule that moves `models/LATEST` to a trained teacher (`gem_model.train.promotion.judge`), applied
+    alike by the teacher asset and `gem promote`.
+
+    Per task (clicks; conversions where the holdout has both classes), judged only where the task's smaller
+    holdout class is large enough to tell: the holdout AUC must reach `min_auc` (where that class has at least
+    `floor_min_class_rows` rows), and must not fall more than `max_auc_regression` below the promoted model's
+    on the same holdout (where it has at least `compare_min_class_rows`). The settings do not rename a
+    teacher: they decide which trained version is served, not what it learns.
+    """
+
+    # At 300 rows in the smaller class a chance-level model's AUC has a standard error of at most
+    # 1 / sqrt(12 * 300) = 0.017, so 0.55 is three of them above chance: a model that learned nothing clears
+    # it about once in 700. Fewer rows cannot tell: the real samples' holdouts have 9-190 clicks, where a model
+    # that memorises near-unique ids sits at chance.
+    min_auc: Annotated[float, Between(0.5, 1)] = 0.55
+    floor_min_class_rows: Count = 300
+    # One AUC's standard error is ~0.007 at 2,000 clicks (Hanley & McNeil; 0.015 at the tiny holdout's ~450),
+    # and two similar models' AUCs on the same rows differ by about 0.7 of it: a 0.01 drop there is ~2 of
+    # those, while at ~450 clicks it would refuse a model as good as the promoted one about one time in six.
+    max_auc_regression: Fraction = 0.01
+    compare_min_class_rows: Count = 2000
+
+    def __post_init__(self) -> None:
+        _validate(self, "promotion")
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     """FAISS settings; `factory` is a FAISS index_factory string over inner-product vectors.
 
@@ -863,7 +891,7 @@ class StudentConfig:
 
 
 # GemConfig sections read only after the teacher is trained.
-DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
+DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"promotion", "index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
 LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction", "allow_outside_data_root"),
@@ -916,6 +944,7 @@ class GemConfig:
     features: FeatureSpec = field(default_factory=FeatureSpec)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    promotion: PromotionConfig = field(default_factory=PromotionConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     student: StudentConfig = field(default_factory=StudentConfig)

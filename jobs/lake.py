@@ -143,6 +143,17 @@ def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
     return table_stats(path, partition).rows
 
 
+def partition_days(path: Path) -> list[date]:
+    """The days (`ds` partitions) the Delta table at `path` holds rows in, oldest first, from its log's file
+    entries (delta-rs: no Spark job, no data file read); none where there is no table yet."""
+    if not (path / "_delta_log").is_dir():
+        return []
+    files = pa.table(LogReader(str(path)).get_add_actions(flatten=True))
+    # A file without statistics (null num_records) counts as holding rows: its reader will find out.
+    holding = files.filter(pc.field("num_records").is_null() | (pc.field("num_records") > 0))
+    return sorted(set(holding["partition.ds"].to_pylist()))
+
+
 def value_counts(path: Path, column: str, partition: dict[str, object] | None = None) -> dict[str, int]:
     """Rows per value of `column` in `partition` (None: the whole table) now in the table, read by delta-rs
     one batch at a time (only that column of that partition's files): no Spark job."""
