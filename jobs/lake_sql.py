@@ -9,8 +9,9 @@ engine itself, so a statement has nothing it could write to: the Arrow scans are
 database is memory, and files, extensions and configuration are out of reach. On top of that a text
 is accepted only as `SET VARIABLE name = default` declarations followed by exactly one query, split
 and typed by DuckDB's own parser (so `'a;b'` and `/* ; */` are not statement boundaries); anything
-else is refused before anything runs. docs/SQL.md gives the dialect, the parameters and why this is
-safe by construction.
+else is refused before anything runs, and so is a query whose parse tree holds a write (a data-modifying
+CTE such as `WITH d AS (DELETE ... RETURNING *) SELECT ...`). docs/SQL.md gives the dialect, the
+parameters and why this is safe by construction.
 
     with LakeSQL(GemPaths.from_env()) as sql:
         rows = sql.query("SELECT count(*) FROM gold.training_examples").fetchall()
@@ -71,9 +72,23 @@ TABLE_HISTORY_SCHEMA = pa.schema([
     ("user_metadata", pa.string()),
 ])
 ALLOWED = ("`SET VARIABLE name = default` declarations, then exactly one query "
-           "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE)")
+           "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT ... IN (...), UNPIVOT)")
 _COMMIT_FILE = re.compile(r"^([0-9]+)\.json$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The parse tree's query nodes that only read; any other (DELETE_QUERY_NODE, INSERT_QUERY_NODE,
+# UPDATE_QUERY_NODE, COPY_QUERY_NODE, a kind a later DuckDB adds, ...) refuses the text.
+_READ_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "CTE_NODE", "RECURSIVE_CTE_NODE"})
+# Statements refused although DuckDB runs the same thing another way: how, by statement kind.
+_ANOTHER_WAY = {
+    "CALL": "`CALL f(...)` reads as `SELECT * FROM f(...)`",
+    "PRAGMA": ("a PRAGMA that reads is a table function: `SELECT * FROM pragma_table_info('gold.t')` "
+               "(or `DESCRIBE gold.t`), `SELECT * FROM pragma_version()`"),
+    "COPY": "to save rows, print them to a file: `gem sql ... --format csv --all > rows.csv`",
+    "CREATE": "to name a query, use `WITH name AS (SELECT ...) SELECT ... FROM name`",
+}
+_PIVOT_WAY = ("a PIVOT without `IN (...)` after its ON column is two statements in DuckDB (the first reads the "
+              "column's distinct values); list them, e.g. `PIVOT gold.t ON surface IN ('feed', 'stories') USING "
+              "count(*)`, which is one query, also inside `SELECT * FROM (...)` or a WITH")
 
 
 class LakeSQLError(ValueError):
@@ -107,8 +122,64 @@ def _first_line(statement: str) -> str:
     return line if len(line) <= 100 else line[:97] + "..."
 
 
+def _writes(tree: object, cte: str | None = None) -> list[tuple[str | None, str]]:
+    """(the enclosing CTE's name, the node kind) of every query node of a `json_serialize_sql` tree that
+    is not a read, at any depth: CTEs of CTEs, subqueries, set operations, recursive CTEs."""
+    found: list[tuple[str | None, str]] = []
+    if isinstance(tree, list):
+        for item in tree:
+            found += _writes(item, cte)
+    elif isinstance(tree, dict):
+        kind = tree.get("type")
+        if isinstance(kind, str) and kind.endswith("_NODE") and kind not in _READ_NODES:
+            found.append((cte, kind.removesuffix("_NODE").removesuffix("_QUERY")))
+        for key, value in tree.items():
+            if key == "cte_map" and isinstance(value, dict):
+                for entry in value.get("map") or []:
+                    found += _writes(entry.get("value"), str(entry.get("key")))
+            else:
+                found += _writes(value, cte)
+    return found
+
+
+def _check_tree(where: str, select: str) -> None:
+    """Refuse `select` (one SELECT statement) if its parse tree holds anything but reads."""
+    with duckdb.connect(":memory:") as parser:  # parses only: json_serialize_sql runs nothing it is given
+        [(serialized,)] = parser.execute("SELECT json_serialize_sql(?)", [select]).fetchall()
+    tree = json.loads(serialized)
+    if tree.get("error"):
+        raise LakeSQLError(f"{where} is refused: DuckDB's parser cannot give its tree to check "
+                           f"({tree.get('error_message')}); SQL over the lake accepts {ALLOWED}")
+    writes = _writes(tree.get("statements"))
+    if writes:
+        cte, kind = writes[0]
+        what = f"its CTE `{cte}` writes ({kind})" if cte is not None else f"it writes ({kind})"
+        raise LakeSQLError(f"{where} is refused: {what}; SQL over the lake is read-only "
+                           f"and accepts {ALLOWED}")
+
+
+def _declared_value(declaration: str) -> str:
+    """The default of `SET VARIABLE name = default` as a SELECT, for `_check_tree`."""
+    marks = [p for p, kind in duckdb.tokenize(declaration) if kind != duckdb.token_type.comment]
+    return "SELECT " + declaration[marks[3] + 1:]  # marks: SET, VARIABLE, name, =
+
+
+def _another_way(kind: str, tokens: list[str]) -> str:
+    """How to run a refused statement as a query, where DuckDB has a way; '' where it has none."""
+    words = {t.upper() for t in tokens}
+    if kind == "MULTI" and words & {"PIVOT", "PIVOT_WIDER"}:
+        return _PIVOT_WAY
+    if kind == "CREATE" and ("AS" not in words or words & {"MACRO", "FUNCTION"}):
+        return ""  # only CREATE TABLE/VIEW ... AS SELECT names a query
+    return _ANOTHER_WAY.get(kind, "")
+
+
 def parse_sql(text: str) -> ParsedSQL:
-    """Split `text` into its declarations and its one query, or raise `LakeSQLError` naming the statement."""
+    """Split `text` into its declarations and its one query, or raise `LakeSQLError` naming the statement.
+
+    Each statement is typed by DuckDB's parser, and the query and the declared defaults are refused if
+    their parse tree holds a write at any depth (a data-modifying CTE).
+    """
     try:
         statements = duckdb.extract_statements(text)
     except duckdb.Error as error:
@@ -130,15 +201,18 @@ def parse_sql(text: str) -> ParsedSQL:
                 raise LakeSQLError(f"{where} comes after the query: declare variables before it")
             if len(tokens) < 4 or not _NAME.match(tokens[2]) or tokens[3] != "=":
                 raise LakeSQLError(f"{where}: declare a variable as `SET VARIABLE name = default` (a plain name)")
+            _check_tree(where, _declared_value(statement.query))
             declarations.append((tokens[2], statement.query))
         elif kind == duckdb.StatementType.SELECT:
             if query is not None:
                 raise LakeSQLError(f"{where} is a second query: give one query per text")
+            _check_tree(where, statement.query)
             query = statement.query
         else:
             name = "a statement without a type name" if kind is None else f"{kind.name.replace('_', ' ')}"
+            way = _another_way(kind.name if kind is not None else "", tokens)
             raise LakeSQLError(f"{where} is refused ({name}, not a query): SQL over the lake is read-only "
-                               f"and accepts {ALLOWED}")
+                               f"and accepts {ALLOWED}" + (f"; {way}" if way else ""))
     if query is None:
         raise LakeSQLError(f"no query after the declarations: give {ALLOWED}")
     return ParsedSQL(tuple(declarations), query)

@@ -124,6 +124,7 @@ def test_a_variable_value_is_data_never_sql(lake, outside, sql):
 REFUSED = r"is refused \({kind}, not a query\): SQL over the lake is read-only"
 NOT_DUCKDB = r"not DuckDB SQL: Parser Error"
 NO_FILES = r"file system operations are disabled by configuration"
+CTE_WRITES = r"is refused: its CTE `{cte}` writes \({kind}\)"
 # (id, SQL with {lake} / {outside} placeholders, what the error says)
 ATTACKS = [
     ("insert", "INSERT INTO gold.training_examples SELECT * FROM gold.training_examples",
@@ -189,6 +190,32 @@ ATTACKS = [
     ("java-method", "SELECT java_method('java.lang.System', 'exit', 1)", r"with name java_method does not exist"),
     ("execute-immediate", "EXECUTE IMMEDIATE 'DELETE FROM gold.training_examples'", NOT_DUCKDB),
     ("spark-variable", "DECLARE OR REPLACE VARIABLE x INT DEFAULT 1; SELECT x", NOT_DUCKDB),
+    # data-modifying CTEs: typed SELECT by the parser, refused by their parse tree at any depth
+    ("cte-delete", "WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT count(*) FROM d",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-update", "WITH u AS (UPDATE gold.training_examples SET clicked = NOT clicked RETURNING *) SELECT * FROM u",
+     CTE_WRITES.format(cte="u", kind="UPDATE")),
+    ("cte-insert", "WITH i AS (INSERT INTO gold.training_examples SELECT * FROM gold.training_examples "
+                   "RETURNING *) SELECT * FROM i", CTE_WRITES.format(cte="i", kind="INSERT")),
+    ("cte-delete-never-read", "WITH d AS MATERIALIZED (DELETE FROM gold.training_examples RETURNING *) SELECT 1",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-cte", "WITH a AS (WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT * "
+                            "FROM d) SELECT * FROM a", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-subquery", "SELECT (WITH d AS (DELETE FROM gold.training_examples RETURNING *) "
+                                 "SELECT count(*) FROM d) AS n", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-union", "SELECT 1 AS n UNION ALL (WITH d AS (DELETE FROM gold.training_examples "
+                              "RETURNING *) SELECT count(*) FROM d)", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-recursive-cte", "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL (WITH d AS (DELETE FROM "
+                                      "gold.training_examples RETURNING *) SELECT n + 1 FROM r, d)) SELECT * FROM r",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-declaration", "SET VARIABLE n = (WITH d AS (DELETE FROM gold.training_examples RETURNING *) "
+                                    "SELECT count(*) FROM d);\nSELECT getvariable('n')",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-copy", "WITH c AS (COPY gold.training_examples TO '{outside}/out.csv') SELECT * FROM c",
+     CTE_WRITES.format(cte="c", kind="COPY")),
+    ("cte-delete-in-a-nested-query", "SELECT * FROM query('WITH d AS (DELETE FROM gold.training_examples "
+                                     "RETURNING *) SELECT * FROM d')",
+     r"data-modifying statement must be at the top level"),
 ]
 
 
@@ -214,6 +241,8 @@ def test_every_attack_fails_and_leaves_the_data_unchanged(lake, outside, sql, at
     # a lake table is a view over a read-only Arrow scan: there is no table to write to
     ("INSERT INTO gold.training_examples SELECT * FROM gold.training_examples", r"is not an table"),
     ("DELETE FROM gold.training_examples", r"Can only delete from base table"),
+    ("WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT count(*) FROM d",
+     r"Can only delete from base table"),
     ("SELECT * FROM read_csv('{outside}/secret.csv')", NO_FILES),
 ])
 def test_the_engine_itself_refuses_files_extensions_and_settings(lake, outside, sql, statement, match):
@@ -241,3 +270,24 @@ def test_gem_sql_refuses_a_write_with_a_message_and_no_traceback(lake, outside, 
     with pytest.raises(SystemExit, match=r"^gem sql: variable 'nope' is not declared"):
         main(["sql", "-e", "SELECT 1", "--var", "nope=1"])
     assert _state(lake, outside) == before
+
+
+@pytest.mark.parametrize(("refused", "says", "instead", "rows"), [
+    ("PIVOT gold.training_examples ON clicked USING count(*) GROUP BY ds",
+     r"a PIVOT without `IN \(\.\.\.\)` after its ON column is two statements",
+     "SELECT * FROM (PIVOT gold.training_examples ON clicked IN (true, false) USING count(*) GROUP BY ds) "
+     "ORDER BY ds", [(D1, 1, 1), (D2, 1, 0)]),
+    ("CALL pragma_table_info('gold.training_examples')", r"`CALL f\(\.\.\.\)` reads as `SELECT \* FROM f\(\.\.\.\)`",
+     "SELECT name FROM pragma_table_info('gold.training_examples') ORDER BY cid",
+     [("impression_id",), ("ds",), ("clicked",)]),
+    ("PRAGMA table_info('gold.training_examples')", r"`SELECT \* FROM pragma_table_info\('gold.t'\)`",
+     "SELECT name FROM pragma_table_info('gold.training_examples') ORDER BY cid",
+     [("impression_id",), ("ds",), ("clicked",)]),
+    ("CREATE TABLE clicks AS SELECT * FROM gold.training_examples WHERE clicked",
+     r"use `WITH name AS \(SELECT \.\.\.\) SELECT \.\.\. FROM name`",
+     "WITH clicks AS (SELECT * FROM gold.training_examples WHERE clicked) SELECT count(*) FROM clicks", [(2,)]),
+])
+def test_a_refused_statement_duckdb_runs_another_way_says_how(sql, refused, says, instead, rows):
+    with pytest.raises(LakeSQLError, match=says):
+        sql.query(refused)
+    assert sql.query(instead).fetchall() == rows  # and the way it names runs, in the locked session
