@@ -47,12 +47,19 @@ def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
 
 
 def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None) -> None:
+    import warnings
+
     import duckdb
 
     from jobs.lake_sql import LakeSQL, LakeSQLError
 
     try:
-        with LakeSQL(GemPaths.from_env()) as sql:
+        with warnings.catch_warnings(record=True) as skipped:
+            warnings.simplefilter("always")
+            sql = LakeSQL(GemPaths.from_env())
+        for warning in skipped:  # an unreadable table, a corrupt commit: on stderr, the rest still queries
+            print(f"gem sql: warning: {warning.message}", file=sys.stderr)
+        with sql:
             relation = sql.query(query, variables)
             if limit is not None:
                 relation = relation.limit(limit)

@@ -10,7 +10,8 @@ database is memory, and files, extensions and configuration are out of reach. On
 is accepted only as `SET VARIABLE name = default` declarations followed by exactly one query, split
 and typed by DuckDB's own parser (so `'a;b'` and `/* ; */` are not statement boundaries); anything
 else is refused before anything runs, and so is a query whose parse tree holds a write (a data-modifying
-CTE such as `WITH d AS (DELETE ... RETURNING *) SELECT ...`). docs/SQL.md gives the dialect, the
+CTE such as `WITH d AS (DELETE ... RETURNING *) SELECT ...`). A table delta-rs cannot open is skipped
+with a warning naming it, and only the queries that read it fail. docs/SQL.md gives the dialect, the
 parameters and why this is safe by construction.
 
     with LakeSQL(GemPaths.from_env()) as sql:
@@ -315,6 +316,20 @@ def _text_map(values: object) -> list[tuple[str, str | None]] | None:
     return [(str(k), v if isinstance(v, str) or v is None else json.dumps(v)) for k, v in values.items()]
 
 
+def _commit_info(commit: Path) -> object:
+    """A commit file's `commitInfo` action; None, with a warning naming the file, where it is unreadable."""
+    try:
+        with commit.open() as lines:
+            for line in lines:
+                if '"commitInfo"' in line:
+                    info = json.loads(line).get("commitInfo")
+                    if info is not None:
+                        return info
+    except (OSError, ValueError) as error:  # a truncated or corrupt commit hides one row, not the view
+        warnings.warn(f"meta.table_history skips {commit}: not a readable Delta commit ({error})", stacklevel=3)
+    return None
+
+
 def table_history_table(paths: GemPaths) -> pa.Table:
     """`meta.table_history`: one row per commit (`_delta_log/<version>.json`, its `commitInfo` action) of
     every lake table; the commits still in the log, as `DESCRIBE HISTORY` lists them."""
@@ -324,13 +339,7 @@ def table_history_table(paths: GemPaths) -> pa.Table:
             match = _COMMIT_FILE.match(commit.name)
             if match is None:
                 continue
-            info = None
-            with commit.open() as lines:
-                for line in lines:
-                    if '"commitInfo"' in line:
-                        info = json.loads(line).get("commitInfo")
-                        if info is not None:
-                            break
+            info = _commit_info(commit)
             if not isinstance(info, dict):
                 continue
             millis = _number(info.get("inCommitTimestamp"), int) or _number(info.get("timestamp"), int)
@@ -352,7 +361,9 @@ def table_history_table(paths: GemPaths) -> pa.Table:
 class LakeSQL:
     """A read-only SQL session over the lake at `paths` (see the module docstring).
 
-    `tables` names every view it registered (`<layer>.<table>`, `meta.models`, `meta.table_history`).
+    `tables` names every view it registered (`<layer>.<table>`, `meta.models`, `meta.table_history`);
+    `unreadable` maps each lake table delta-rs could not open to why (with a warning naming it at open):
+    the other tables are there, and a query that names an unreadable one is refused naming it.
     `memory_limit` (e.g. "4GB") and `threads` default to DuckDB's own (80% of RAM, every core); either
     way they are fixed for the session's life, like every other setting. Close it (or use `with`)
     to remove its spill directory.
@@ -361,6 +372,7 @@ class LakeSQL:
     def __init__(self, paths: GemPaths, memory_limit: str | None = None, threads: int | None = None) -> None:
         self.paths = paths
         self._spill = Path(tempfile.mkdtemp(prefix="gem-sql-"))
+        self.unreadable: dict[str, str] = {}
         self._con = duckdb.connect(":memory:")
         try:
             self.tables = self._register()
@@ -376,8 +388,11 @@ class LakeSQL:
         for name, path in existing_tables(self.paths).items():
             try:
                 sources[name] = DeltaTable(str(path)).to_pyarrow_dataset()
-            except Exception as error:  # delta-rs raises several types; the message names the feature
-                raise LakeSQLError(f"cannot open {name} at {path} for SQL (delta-rs): {error}") from error
+            except Exception as error:  # delta-rs raises several types; the first line says what is wrong
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                self.unreadable[name] = f"{path} cannot be read by delta-rs ({reason})"
+                warnings.warn(f"{name} is skipped: {self.unreadable[name]}; the other tables can be queried",
+                              stacklevel=3)
         sources[f"{META_SCHEMA}.models"] = models_table(self.paths)
         sources[f"{META_SCHEMA}.table_history"] = table_history_table(self.paths)
         for name, source in sources.items():
@@ -413,6 +428,10 @@ class LakeSQL:
         Evaluate the relation before the next `query` on this session: that one resets the variables.
         """
         parsed = parse_sql(text)
+        for name in referenced_tables(text):
+            if name in self.unreadable:
+                raise LakeSQLError(f"the query reads {name}, but {self.unreadable[name]}; "
+                                   "the other tables can be queried")
         for (name,) in self._con.execute("SELECT name FROM duckdb_variables()").fetchall():
             self._con.execute(f"RESET VARIABLE {_quote(name)}")
         for _, declaration in parsed.declarations:

@@ -9,6 +9,7 @@ tested underneath it, on the session's connection, so that neither layer is the 
 
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -291,3 +292,35 @@ def test_a_refused_statement_duckdb_runs_another_way_says_how(sql, refused, says
     with pytest.raises(LakeSQLError, match=says):
         sql.query(refused)
     assert sql.query(instead).fetchall() == rows  # and the way it names runs, in the locked session
+
+
+def test_an_unreadable_table_is_skipped_naming_it_and_the_others_still_query(lake, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "gem"
+    shutil.copytree(lake.home, home)
+    paths = GemPaths(home)
+    (paths.table("silver.stray") / "_delta_log").mkdir(parents=True)  # a log that never got a commit
+    corrupt = paths.table("silver.corrupt")
+    shutil.copytree(paths.table("bronze.impressions"), corrupt)
+    [commit] = (corrupt / "_delta_log").glob("*.json")
+    commit.write_text('{"commitInfo": {"timestamp": 17')  # truncated mid-write
+    with pytest.warns(UserWarning) as caught, LakeSQL(paths) as sql:
+        assert sql.tables == ("bronze.impressions", "gold.training_examples", "meta.models", "meta.table_history")
+        assert set(sql.unreadable) == {"silver.corrupt", "silver.stray"}
+        assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+        assert sql.query("SELECT DISTINCT table_name FROM meta.table_history ORDER BY 1").fetchall() == [
+            ("bronze.impressions",), ("gold.training_examples",)]
+        for name in ("silver.corrupt", "silver.stray"):
+            with pytest.raises(LakeSQLError, match=rf"the query reads {name}, but {paths.table(name)} cannot be "
+                                                   r"read by delta-rs \(.+\); the other tables can be queried"):
+                sql.query(f"SELECT count(*) FROM {name} JOIN gold.training_examples USING (impression_id)")
+    warned = [str(w.message) for w in caught]
+    assert any(m.startswith(f"silver.stray is skipped: {paths.table('silver.stray')} cannot be read") for m in warned)
+    assert any(m.startswith(f"silver.corrupt is skipped: {corrupt} cannot be read") for m in warned)
+    assert any(m.startswith(f"meta.table_history skips {commit}") for m in warned)
+    from jobs.cli import main
+
+    monkeypatch.setenv("GEM_HOME", str(home))
+    main(["sql", "-e", "SELECT count(*) AS n FROM bronze.impressions"])
+    printed = capsys.readouterr()
+    assert printed.out == "n\n-\n1\n(1 row)\n"
+    assert f"gem sql: warning: silver.stray is skipped: {paths.table('silver.stray')} cannot be read" in printed.err
