@@ -5,8 +5,8 @@ calibration, coverage, logit shift, lineage and recall reports of the latest exp
 the Dagster UI. The queries run read-only through `jobs.lake_sql`, the same path as `gem sql`. A
 query whose tables are not in the lake yet (e.g. `gold.index_builds` before any index was built), or
 that reads a table delta-rs cannot open (a corrupt log), is reported as skipped, naming them and why;
-any other failure (a refused statement, a DuckDB error) fails the asset, naming the file. Unpartitioned:
-the queries span every day and model version.
+any other failure (a refused statement, a query past its time or memory limit) fails the asset,
+naming the file. Unpartitioned: the queries span every day and model version.
 """
 
 import json
@@ -99,13 +99,14 @@ def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: i
                 if missing or unreadable:
                     reports.append(QueryReport(file.stem, [], missing=missing, unreadable=unreadable))
                     continue
-                relation = sql.query(text)
+                result = sql.query(text)
                 # two passes (the count, then the first rows) instead of holding every row of a large report
-                [(rows,)] = relation.aggregate("count(*)").fetchall()
-                preview = tuple(relation.limit(preview_rows).fetchall())
+                rows = result.count()
+                preview = tuple(result.head(preview_rows))
+                columns = result.columns
             except (LakeSQLError, duckdb.Error) as error:
                 raise ReportQueryError(f"{file.name} failed: {str(error).strip().splitlines()[0]}") from error
-            reports.append(QueryReport(file.stem, relation.columns, rows, preview))
+            reports.append(QueryReport(file.stem, columns, rows, preview))
     return reports
 
 
