@@ -9,9 +9,11 @@ resolved config is saved with every model so an artefact always says how it was 
 
 Every field is type- and range-checked when a section is built, from JSON or in Python: the type
 hints drive one validator (`_convert`), with ranges declared beside the fields as `Annotated`
-markers (`Count` is `Annotated[int, AtLeast(1)]`), so `"compile": "false"`, `"surfaces": "feed"`
-or `epochs: 0` fail at once with a `ConfigError` naming the dotted key, the value and what is
-allowed, instead of misbehaving or failing late.
+markers (`Days` is `Annotated[int, Between(1, 3660)]`), so `"compile": "false"`, `"surfaces": "feed"`,
+`epochs: 0` or `n_days: 100000000` fail at once with a `ConfigError` naming the dotted key, the value
+and what is allowed, instead of misbehaving or failing late. Every number has an upper bound too, far
+above any run (a cluster's included) but low enough to catch a typo. A GEM_CONFIG file is read
+strictly (`gem_model.documents`): UTF-8 JSON of at most 1 MiB and 50 levels, no key given twice.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from gem_model.documents import DocumentError, load_json, read_document
+
 SURFACES: tuple[str, ...] = ("feed", "stories", "reels", "messaging", "offsite")
 TASKS: tuple[str, ...] = ("ctr", "cvr")
 
@@ -37,29 +41,7 @@ class ConfigError(ValueError):
     (e.g. `train.epochs`) or the file, the value, and what is allowed."""
 
 
-# Range and shape markers, declared beside a field: `epochs: Annotated[int, AtLeast(1)]`.
-@dataclass(frozen=True)
-class AtLeast:
-    low: float
-
-    def admits(self, value: Any) -> bool:
-        return value >= self.low
-
-    def __str__(self) -> str:
-        return f">= {self.low}"
-
-
-@dataclass(frozen=True)
-class Above:
-    low: float
-
-    def admits(self, value: Any) -> bool:
-        return value > self.low
-
-    def __str__(self) -> str:
-        return f"> {self.low}"
-
-
+# Range and shape markers, declared beside a field: `epochs: Annotated[int, Between(1, 10_000)]`.
 @dataclass(frozen=True)
 class Between:
     low: float
@@ -107,12 +89,26 @@ class Distinct:
         return "without duplicates"
 
 
-Count = Annotated[int, AtLeast(1)]  # sizes, counts, dims, epochs, process counts
-NonNegativeInt = Annotated[int, AtLeast(0)]
-Seed = Annotated[int, AtLeast(0)]
-Buckets = Annotated[int, AtLeast(2)]  # values land in rows 1..buckets-1; row 0 is the missing value
-Positive = Annotated[float, Above(0)]  # learning rates, temperatures, scales
-NonNegative = Annotated[float, AtLeast(0)]  # loss weights, penalties, spreads
+# Every number is bounded above: far beyond any run of this pipeline, a cluster's included, yet low enough
+# that a typo (an extra zero, a value meant for another key) fails here, not minutes into a run
+# (`n_days: 100000000` took two minutes to end in an OverflowError of the calendar).
+INT32_MAX = 2**31 - 1  # Spark int columns, tensor sizes and counts: beyond it something overflows
+Count = Annotated[int, Between(1, INT32_MAX)]  # world sizes, rows, samples, steps, files, k
+NonNegativeInt = Annotated[int, Between(0, INT32_MAX)]
+Days = Annotated[int, Between(1, 3660)]  # ten years of daily partitions
+NonNegativeDays = Annotated[int, Between(0, 3660)]
+Processes = Annotated[int, Between(1, 4096)]  # processes on one node (torchrun --nproc-per-node)
+Epochs = Annotated[int, Between(1, 10_000)]
+BatchRows = Annotated[int, Between(1, 1 << 24)]  # rows one process holds at once (a batch, a chunk)
+Width = Annotated[int, Between(1, 65_536)]  # dims, heads, ranks, experts, layers, CLS tokens
+Tokens = Annotated[int, Between(1, 1 << 20)]  # sequence lengths, tokens a layer keeps
+NonNegativeTokens = Annotated[int, Between(0, 1 << 20)]
+Seed = Annotated[int, Between(0, 2**32 - 1)]  # fits every RNG here (torch, NumPy, a Spark bigint), + rank too
+Buckets = Annotated[int, Between(2, INT32_MAX)]  # values land in rows 1..buckets-1; row 0 is the missing value
+LearningRate = Annotated[float, Between(0, 10, low_open=True)]
+Temperature = Annotated[float, Between(0, 100, low_open=True)]
+Weight = Annotated[float, Between(0, 1000)]  # loss weights and penalties (weight decays)
+Positive = Annotated[float, Between(0, 1_000_000, low_open=True)]  # rates and scales
 Fraction = Annotated[float, Between(0, 1)]
 Rate = Annotated[float, Between(0, 1, high_open=True)]  # a share of rows that must leave some rows alone
 Name = Annotated[str, NonEmpty()]
@@ -216,10 +212,11 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 
 def _describe(hint: Any) -> str:
-    """What a hint allows, in the words of a JSON file: `an integer >= 1`, `true or false (a JSON boolean)`."""
+    """What a hint allows, in the words of a JSON file: `an integer in [1, 3660]`, `true or false (a JSON
+    boolean)`."""
     kind, marks = _split(hint)
     origin = typing.get_origin(kind)
-    bounds = " and ".join(str(m) for m in marks if isinstance(m, (AtLeast, Above, Between)))
+    bounds = " and ".join(str(m) for m in marks if isinstance(m, Between))
     if kind is bool:
         return "true or false (a JSON boolean)"
     if kind is int:
@@ -305,9 +302,9 @@ class WorldConfig:
 
     seed: Seed = 7
     start_date: date = date(2026, 11, 1)
-    n_days: Count = 6
+    n_days: Days = 6
     # At least one day: the teacher's metrics and the export are computed on the holdout.
-    holdout_days: Count = 2
+    holdout_days: Days = 2
     open_ended: bool = True  # synthetic world only: a real dataset's calendar ends with its files
     n_users: Count = 400
     n_ads: Count = 120
@@ -318,7 +315,8 @@ class WorldConfig:
     new_ad_fraction: Rate = 0.25
     impressions_per_day: Count = 3000
     events_per_user_day: Positive = 4.0
-    activity_sigma: NonNegative = 1.6
+    # The log-normal's spread: at 10 a user two sigmas up is already e^20 times as active as the median.
+    activity_sigma: Annotated[float, Between(0, 10)] = 1.6
     max_events_per_user_day: Count = 2000
     malformed_rate: Rate = 0.002
     # Any non-empty subset of SURFACES: the synthetic world has a traffic share for each of them
@@ -337,6 +335,9 @@ class WorldConfig:
                 f"world.n_ads={self.n_ads} with new_ad_fraction={self.new_ad_fraction} leaves {self.initial_ads} "
                 f"ads on day one, fewer than world.n_categories={self.n_categories}; raise n_ads"
             )
+        if self.start_date > date.max - timedelta(days=self.n_days - 1):
+            raise ConfigError(f"world.start_date={self.start_date.isoformat()} with world.n_days={self.n_days} "
+                              f"runs past {date.max.isoformat()}; start the calendar earlier")
 
     @property
     def days(self) -> list[date]:
@@ -371,6 +372,9 @@ class DataConfig:
     data_dir: str = ""
     # source "mapping": the user's own logs mapped onto bronze by this file (YAML or JSON; docs/datasets.md).
     mapping: str = ""
+    # A mapping's paths must lie inside its data root (the mapping file's folder; the datasets folder for a
+    # built-in one) once resolved, links followed: a mapping may come from anyone. True lifts that rule.
+    allow_outside_data_root: bool = False
     # The label-rate check: per-surface click rate must lie in these bounds, judged only on
     # surfaces with at least `label_check_min_rows` impressions in the partition.
     click_rate_bounds: tuple[Fraction, Fraction] = (0.001, 0.8)
@@ -444,9 +448,9 @@ class FeatureSpec:
     # The behaviour sequence holds item (ad) ids, looked up in the `ad_id` table.
     sequence_feature: Name = "seq_item_ids"
     sequence_table: str = "ad_id"
-    max_seq_len: Count = 256
+    max_seq_len: Tokens = 256
     # 0: only the impression day's earlier events.
-    lookback_days: NonNegativeInt = 14
+    lookback_days: NonNegativeDays = 14
     # Per event, beside the item: its action (hashed) and its age before the impression, in
     # buckets of log2(1 + minutes) (bucket 15 is ~23 days), the clock the sequence arch reads.
     action_buckets: Buckets = 16
@@ -551,14 +555,14 @@ class WukongConfig:
     input-attentive when `attentive`.
     """
 
-    n_fm: Count = 8
-    n_lc: Count = 8
-    rank: Count = 8
-    mlp_dims: tuple[Count, ...] = (128,)
+    n_fm: Width = 8
+    n_lc: Width = 8
+    rank: Width = 8
+    mlp_dims: tuple[Width, ...] = (128,)
     attentive: bool = True
     # Kunlun's Mixture of Wukong Experts: each layer's embeddings split into n_experts contiguous groups,
     # each mixed by its own Wukong layer into an equal share of the n_fm + n_lc outputs.
-    n_experts: Count = 1
+    n_experts: Width = 1
 
     def __post_init__(self) -> None:
         _validate(self, "model.wukong")
@@ -601,24 +605,24 @@ class SequenceConfig:
     which Kunlun describes as compute per event type).
     """
 
-    dim: Count = 32
-    heads: Count = 2
+    dim: Width = 32
+    heads: Width = 2
     # At least one layer, each keeping >= 1 token.
-    pyramid: Annotated[tuple[Count, ...], NonEmpty()] = (64, 16)
+    pyramid: Annotated[tuple[Tokens, ...], NonEmpty()] = (64, 16)
     activation: Literal["softmax", "silu", "gelu", "relu2", "identity"] = "softmax"
     causal: bool = False
-    window: NonNegativeInt = 0  # 0: every layer attends to the whole row
-    n_cls: Count = 2
-    n_recent: NonNegativeInt = 2
+    window: NonNegativeTokens = 0  # 0: every layer attends to the whole row
+    n_cls: Width = 2
+    n_recent: NonNegativeTokens = 2
     pffn: Literal["lowrank", "gdpa"] = "lowrank"
-    pffn_rank: Count = 8
-    pffn_kv: Count = 16
+    pffn_rank: Width = 8
+    pffn_kv: Width = 16
     pffn_activation: Literal["silu", "gelu", "relu2", "identity"] = "gelu"
     summary: Literal["mean_recent", "hsp"] = "mean_recent"
     summary_mean: Literal["kept", "level"] = "kept"
-    hsp_seeds: Count = 32
-    hsp_tokens: Count = 4
-    hsp_rank: Count = 4
+    hsp_seeds: Width = 32
+    hsp_tokens: Width = 4
+    hsp_rank: Width = 4
     comp_skip: bool = False
     keep_by: Literal["recency", "importance"] = "recency"
     # Dropout on each attention block's residual branches (attention and FFN outputs) while training.
@@ -650,21 +654,21 @@ class ModelConfig:
     """
 
     architecture: str = "gem"
-    embedding_dim: Count = 16
-    tower_dims: tuple[Count, ...] = (64,)
-    repr_dim: Count = 32
+    embedding_dim: Width = 16
+    tower_dims: tuple[Width, ...] = (64,)
+    repr_dim: Width = 32
     # The last shared layer is the input of every surface tower.
-    shared_dims: Annotated[tuple[Count, ...], NonEmpty()] = (128, 64)
+    shared_dims: Annotated[tuple[Width, ...], NonEmpty()] = (128, 64)
     # One hidden layer a surface tower (gem_model.modules.heads.MultiSurfaceHeads).
-    surface_dims: tuple[Count] = (32,)
+    surface_dims: tuple[Width] = (32,)
     tasks: tuple[str, ...] = TASKS
     wukong: WukongConfig = field(default_factory=WukongConfig)
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
     use_wukong: bool = True
     use_sequence: bool = True
     interleave: bool = False
-    dcn_layers: Count = 3
-    dcn_rank: Count = 16
+    dcn_layers: Width = 3
+    dcn_rank: Width = 16
 
     def __post_init__(self) -> None:
         _validate(self, "model")
@@ -689,24 +693,24 @@ class TrainConfig:
     steps then average out batch noise instead of chasing it); `constant` keeps it.
     """
 
-    nproc: Count = 2
-    batch_size: Count = 256
-    epochs: Count = 3
-    dense_lr: Positive = 3e-3
+    nproc: Processes = 2
+    batch_size: BatchRows = 256
+    epochs: Epochs = 3
+    dense_lr: LearningRate = 3e-3
     dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
     min_lr_fraction: Fraction = 0.1
     # Train on the last `window_days` days before the holdout (0: every day before it): a sliding training window,
     # and the data axis of the scaling study (`bench/scaling.py --window-days`).
-    window_days: NonNegativeInt = 0
+    window_days: NonNegativeDays = 0
     # AdamW's decoupled weight decay on the dense arches (0: plain Adam).
-    dense_weight_decay: NonNegative = 0.0
-    sparse_lr: Positive = 0.05
+    dense_weight_decay: Weight = 0.0
+    sparse_lr: LearningRate = 0.05
     # L2 on the embedding rows, added to each looked-up row's gradient by fbgemm's fused row-wise Adagrad (once a
     # batch, so a row's penalty grows with how often it is seen, as a per-example L2 does). 0: none.
-    sparse_weight_decay: NonNegative = 0.0
+    sparse_weight_decay: Weight = 0.0
     # 0 switches the in-batch retrieval loss off.
-    retrieval_weight: NonNegative = 0.2
-    temperature: Positive = 0.1
+    retrieval_weight: Weight = 0.2
+    temperature: Temperature = 0.1
     grad_clip: Positive = 1.0
     checkpoint_every_steps: Count = 100
     log_every_steps: Count = 20
@@ -716,6 +720,34 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _validate(self, "train")
+
+
+@dataclass(frozen=True)
+class PromotionConfig:
+    """The rule that moves `models/LATEST` to a trained teacher (`gem_model.train.promotion.judge`), applied
+    alike by the teacher asset and `gem promote`.
+
+    Per task (clicks; conversions where the holdout has both classes), judged only where the task's smaller
+    holdout class is large enough to tell: the holdout AUC must reach `min_auc` (where that class has at least
+    `floor_min_class_rows` rows), and must not fall more than `max_auc_regression` below the promoted model's
+    on the same holdout (where it has at least `compare_min_class_rows`). The settings do not rename a
+    teacher: they decide which trained version is served, not what it learns.
+    """
+
+    # At 300 rows in the smaller class a chance-level model's AUC has a standard error of at most
+    # 1 / sqrt(12 * 300) = 0.017, so 0.55 is three of them above chance: a model that learned nothing clears
+    # it about once in 700. Fewer rows cannot tell: the real samples' holdouts have 9-190 clicks, where a model
+    # that memorises near-unique ids sits at chance.
+    min_auc: Annotated[float, Between(0.5, 1)] = 0.55
+    floor_min_class_rows: Count = 300
+    # One AUC's standard error is ~0.007 at 2,000 clicks (Hanley & McNeil; 0.015 at the tiny holdout's ~450),
+    # and two similar models' AUCs on the same rows differ by about 0.7 of it: a 0.01 drop there is ~2 of
+    # those, while at ~450 clicks it would refuse a model as good as the promoted one about one time in six.
+    max_auc_regression: Fraction = 0.01
+    compare_min_class_rows: Count = 2000
+
+    def __post_init__(self) -> None:
+        _validate(self, "promotion")
 
 
 @dataclass(frozen=True)
@@ -796,9 +828,9 @@ class ExportConfig:
     logits move by 0.004 on average and the holdout AUC not at all (docs/BENCHMARKS.md).
     """
 
-    nproc: Count = 2
+    nproc: Processes = 2
     # 2,048 rows score 20% faster than 4,096 at `small` (the chunk's activations stay in cache).
-    chunk_rows: Count = 2048
+    chunk_rows: BatchRows = 2048
     bf16: bool = True
     user_input_files: Count = 8
     candidates_k: Count = 50
@@ -832,21 +864,21 @@ class StudentConfig:
 
     features: Names = ("user_id", "age_bucket", "country", "device", "ad_id", "advertiser_id",
                        "category", "ad_format", "objective", "position")
-    embedding_dim: Count = 8
-    dense_dims: tuple[Count, ...] = (64, 32)
+    embedding_dim: Width = 8
+    dense_dims: tuple[Width, ...] = (64, 32)
     variants: Annotated[tuple[str, ...], Distinct()] = ("labels", "kd", "adapter")
-    eval_days: Count = 1
-    adapter_days: Count = 1
-    embedding_lag_days: NonNegativeInt = 0
-    batch_size: Count = 128
-    epochs: Count = 3
+    eval_days: Days = 1
+    adapter_days: Days = 1
+    embedding_lag_days: NonNegativeDays = 0
+    batch_size: BatchRows = 128
+    epochs: Epochs = 3
     checks_per_epoch: Count = 4
     # Both the students' and the adapter's held-out share: some rows must remain on each side.
     validation_fraction: Annotated[float, Between(0, 1, low_open=True, high_open=True)] = 0.1
-    lr: Positive = 3e-3
-    weight_decay: NonNegative = 1e-5
-    kd_weight: NonNegative = 1.0
-    temperature: Positive = 1.0
+    lr: LearningRate = 3e-3
+    weight_decay: Weight = 1e-5
+    kd_weight: Weight = 1.0
+    temperature: Temperature = 1.0
     adapter_features: Names = ("ad_id", "advertiser_id")
     adapter_prior_sds: Annotated[tuple[Positive, ...], NonEmpty()] = (0.05, 0.1, 0.2, 0.5, 1.0)
     seed: Seed = 0
@@ -859,10 +891,11 @@ class StudentConfig:
 
 
 # GemConfig sections read only after the teacher is trained.
-DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"index", "export", "student"})
+DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"promotion", "index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
-LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction",), "world": ("open_ended",)}
+LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction", "allow_outside_data_root"),
+                                              "world": ("open_ended",)}
 # Settings added after teachers were named (nested like the config), each with the value that reproduces the
 # teachers trained before it: hashed only when set away from that value, so that every existing name stays, and
 # filled in where a saved config lacks them (`with_later_settings`), so that those teachers load as they were
@@ -911,6 +944,7 @@ class GemConfig:
     features: FeatureSpec = field(default_factory=FeatureSpec)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    promotion: PromotionConfig = field(default_factory=PromotionConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     student: StudentConfig = field(default_factory=StudentConfig)
@@ -1028,18 +1062,20 @@ def _read_overrides(path: Path) -> dict[str, Any]:
     where = f"config file {path} (GEM_CONFIG or --config)"
     fix = f"write a JSON object of overrides, e.g. {_OVERRIDES_EXAMPLE}"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_document(path)
     except FileNotFoundError:
         raise ConfigError(f"{where} does not exist; point GEM_CONFIG at an existing file, or unset it to use "
                           "the preset alone") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigError(f"{where} cannot be read ({e}); point GEM_CONFIG at a readable UTF-8 JSON file") from None
+    except DocumentError as e:
+        raise ConfigError(f"{where} {e}") from None
     if not text.strip():
         raise ConfigError(f"{where} is empty; {fix}, or unset GEM_CONFIG to use the preset alone")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; {fix}") from None
+        data = load_json(text)
+    except DocumentError as e:
+        raise ConfigError(f"{where} {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level is {_kind(data)}, not a JSON object; {fix}")
     return data

@@ -10,11 +10,20 @@ landing journals under `landings/`, lock files under `locks/`, each run's scratc
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 LAYERS: tuple[str, ...] = ("bronze", "silver", "gold")
+# A name that can only mean an entry directly inside its folder: no separator, no `..`, not hidden.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether `name` is a plain file name (letters, digits, `.`, `_`, `-`; no `/`, `\\` or `..`), as every model
+    version is (`gem-<preset>-<fingerprint>-d<N>`): a path-like name would point LATEST outside `models/`."""
+    return _PLAIN_NAME.fullmatch(name) is not None and ".." not in name
 
 
 @dataclass(frozen=True)
@@ -64,16 +73,28 @@ class GemPaths:
         return sorted(p.name for p in self.models.glob("*") if (p / "manifest.json").is_file()
                       and not p.name.endswith(".partial"))
 
+    def require_model_version(self, version: str) -> str:
+        """`version` if it names a finished model under `models/`; a ValueError naming the known versions if not."""
+        known = self.known_model_versions()
+        if not is_plain_name(version):
+            problem = "is not a model version name (a plain name such as gem-tiny-0123456789-d5: no '/' or '..')"
+        elif version not in known:
+            problem = f"is not a model version under {self.models}"
+        else:
+            return version
+        raise ValueError(f"{version!r} {problem}; known versions: "
+                         f"{', '.join(known) or 'none (materialise teacher_model first)'}")
+
     def latest_model_version(self) -> str:
-        """The promoted model version, named by `models/LATEST` (set once its blocking checks passed)."""
+        """The promoted model version, named by `models/LATEST` (set once the promotion rule accepted it)."""
         pointer = self.models / "LATEST"
         if not pointer.is_file():
             raise FileNotFoundError(
                 f"no promoted model under {self.models} ({pointer} missing); materialise teacher_model (a model is "
-                "promoted when its holdout check passes), or name a model version explicitly"
+                "promoted when the promotion rule accepts it), or name a model version explicitly"
             )
         version = pointer.read_text().strip()
-        if not (self.model_dir(version) / "manifest.json").is_file():
+        if not is_plain_name(version) or not (self.model_dir(version) / "manifest.json").is_file():
             raise FileNotFoundError(
                 f"{pointer} names model version {version!r}, which has no manifest under {self.models}; "
                 f"known versions: {self.known_model_versions() or 'none'}. Materialise teacher_model again, or "
@@ -82,6 +103,10 @@ class GemPaths:
         return version
 
     def set_latest_model_version(self, version: str) -> None:
+        """Point `models/LATEST` at `version` (the promotion rule is `gem_model.train.promotion.promote`'s)."""
+        if not is_plain_name(version):  # defence in depth: every caller passes a known version already
+            raise ValueError(f"set_latest_model_version: version={version!r} is not a plain model version name "
+                             "(letters, digits, '.', '_', '-'; no '/' or '..'); LATEST is unchanged")
         pointer = self.models / "LATEST"
         tmp = pointer.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(version + "\n")

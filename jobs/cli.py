@@ -10,32 +10,38 @@
           [--max-temp-size SIZE]      its memory limit (4GB), up to a spill limit (16GB)
     gem neighbors --user-id N [--k 10] [--model-version V] [--ds D]
                                       nearest ads to a user from the FAISS ads index of a day
-    gem promote VERSION               point models/LATEST at VERSION if its holdout check passes
+    gem promote VERSION               point models/LATEST at VERSION if the promotion rule accepts it;
+          [--force --reason TEXT]     --force waives only the comparison with the promoted model (a rollback)
     gem lake drop-columns TABLE COL...
                                       rewrite a lake table without columns a source no longer has
     gem export --ds D [--model-version V]
                                       the export_job for one day: scoring (torchrun), indexes, candidates
 
-All commands use $GEM_HOME (default ./lakehouse) and $GEM_PRESET (default tiny).
+All commands use $GEM_HOME (default ./lakehouse) and $GEM_PRESET (default tiny). Arguments are checked
+before anything starts (Spark, torchrun, a Dagster run); a bad one is one line naming it and what is allowed.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
+from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import NoReturn
 
-from gem_model.config import ConfigError
+from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
+from jobs.sql_limits import SQLLimits
+from jobs.sql_output import FORMATS, ROW_CAP, write_rows
 
-if TYPE_CHECKING:
-    from jobs.sql_limits import SQLLimits
+# A screenful of neighbours is what the command is for; FAISS's GPU search caps k at 2,048.
+MAX_NEIGHBORS = 1000
+MAX_ID = 2**63 - 1  # ids are int64 in the lake
 
 
 def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
-    from jobs.sql_output import write_rows
-
     write_rows(sys.stdout, columns, rows, fmt)
 
 
@@ -49,7 +55,6 @@ def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] |
     import duckdb
 
     from jobs.lake_sql import LakeSQL, LakeSQLError
-    from jobs.sql_output import write_rows
 
     try:
         with warnings.catch_warnings(record=True) as skipped:
@@ -72,8 +77,6 @@ def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] |
 
 def _sql_limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SQLLimits:
     """`SQLLimits` from the options given; an option left out keeps the default `SQLLimits` defines."""
-    from jobs.sql_limits import SQLLimits
-
     given = {"timeout_s": ("--timeout", args.timeout), "memory_limit": ("--memory-limit", args.memory_limit),
              "max_temp_directory_size": ("--max-temp-size", args.max_temp_size)}
     for name, (option, value) in given.items():
@@ -95,21 +98,14 @@ def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, s
     return variables
 
 
-def neighbors(user_id: int, k: int, model_version: str | None, ds: str | None) -> None:
-    from datetime import date
-
+def neighbors(paths: GemPaths, user_id: int, k: int, version: str, day: date) -> None:
+    """Print the `k` ads nearest to `user_id` in the ads index of model `version` on `day` (both checked)."""
     import numpy as np
 
     from gem_model.export.index import read_index
     from gem_model.export.scoring import read_embeddings
 
-    paths = GemPaths.from_env()
-    version = model_version or paths.latest_model_version()
-    days = paths.index_days("ads", version)
-    if not days:
-        raise SystemExit(f"gem neighbors: model {version} has no ads index; run gem export --ds D first")
-    index, manifest = read_index(paths.index_dir("ads", version, date.fromisoformat(ds) if ds else days[-1]))
-    day = date.fromisoformat(manifest["ds"])
+    index, manifest = read_index(paths.index_dir("ads", version, day))
     ids, vectors = read_embeddings(paths, "gold.user_embeddings", "user_id", version, day, manifest["dimension"])
     match = np.flatnonzero(ids == user_id)
     if len(match) == 0:
@@ -120,16 +116,22 @@ def neighbors(user_id: int, k: int, model_version: str | None, ds: str | None) -
                 "table")
 
 
-def promote(version: str) -> None:
-    """Point models/LATEST at `version` if its holdout check passes (the teacher asset's own rule)."""
+def promote(paths: GemPaths, version: str, force_reason: str) -> None:
+    """Point models/LATEST at `version` under the teacher asset's own promotion rule; `force_reason` waives
+    the comparison with the promoted model (a rollback) and is recorded with the decision."""
+    from gem_model.integrity import CorruptArtefactError
     from gem_model.train.promotion import PromotionRefusedError
     from gem_model.train.promotion import promote as promote_version
 
     try:
-        check = promote_version(GemPaths.from_env(), version)
-    except (PromotionRefusedError, FileNotFoundError) as error:
+        decision = promote_version(paths, version, GemConfig.from_env().promotion, "gem promote", force_reason)
+    except (ConfigError, CorruptArtefactError) as error:
         raise SystemExit(f"gem promote: {error}") from None
-    print(f"LATEST -> {version} ({check.description})")
+    except PromotionRefusedError as error:
+        rollback = (" To roll back past the promoted model anyway: gem promote VERSION --force --reason TEXT"
+                    if error.decision.regressions and not error.decision.problems else "")
+        raise SystemExit(f"gem promote: {error}.{rollback}") from None
+    print(f"LATEST -> {version} ({decision.description})")
 
 
 def drop_columns(table: str, columns: list[str]) -> None:
@@ -147,42 +149,104 @@ def drop_columns(table: str, columns: list[str]) -> None:
     print(f"{table}: dropped {', '.join(columns)}; {rows:,} rows rewritten in one commit")
 
 
-def export(ds: str, model_version: str | None) -> None:
-    """Run one day's export_job as a run of the code location, as the UI would launch it."""
-    from datetime import date
-
+def export(ds: date, version: str) -> None:
+    """Run one day's export_job as a run of the code location, as the UI would launch it (arguments checked)."""
     from dagster_project.code_location_runs import CodeLocationRuns, RunFailedError
     from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
     from dagster_project.demo import instance_for
     from dagster_project.resources.lake import LakeResource
-    from gem_model.train.manifest import read_manifest
 
     lake = LakeResource.from_env()
-    version = model_version or lake.latest_model_version()
-    read_manifest(lake.paths.model_dir(version))  # an unknown version fails here, naming the known ones
     instance = instance_for(lake)
     if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):  # trained elsewhere, or by hand
         instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     try:
         with CodeLocationRuns(instance) as runs:
-            run = runs.run("export_job", model_day_key(version, date.fromisoformat(ds)))
+            run = runs.run("export_job", model_day_key(version, ds))
     except RunFailedError as error:
         raise SystemExit(f"gem export: failed for ds={ds}, model {version}: {error}") from None
     print(f"exported ds={ds} with model {version} (run {run.run_id})")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors (`gem neighbors: error: argument --k: ...`, exit status 2): the
+    line names the argument and what it allows; `gem COMMAND --help` has the rest."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _day(text: str) -> date:
+    """An ISO day, YYYY-MM-DD only (`date.fromisoformat` also takes 20261106 and week dates)."""
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return date.fromisoformat(text)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06")
+
+
+def _int_from(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a whole number from {low} to {high:,}")
+        return value
+
+    return parse
+
+
+def _model_version(paths: GemPaths, version: str | None, argument: str, parser: argparse.ArgumentParser) -> str:
+    """`version`, or the promoted one where it is None, if it names a finished model; a parser error naming the
+    known versions if not (a path such as ../models/V included)."""
+    try:
+        return paths.require_model_version(version) if version is not None else paths.latest_model_version()
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(f"argument {argument}: {error}" if version is not None
+                     else f"argument {argument} not given, and {error}")
+
+
+def _listing(days: list[date]) -> str:
+    if len(days) <= 6:
+        return ", ".join(d.isoformat() for d in days)
+    return f"{len(days)} days from {days[0]} to {days[-1]}"
+
+
+def _index_day(paths: GemPaths, version: str, ds: date | None, parser: argparse.ArgumentParser) -> date:
+    """`ds`, or the newest day, if model `version` has a published ads index for it; a parser error if not."""
+    days = paths.index_days("ads", version)
+    if not days:
+        parser.error(f"argument --model-version: model {version} has no ads index; export a day first: "
+                     "gem export --ds D")
+    if ds is not None and ds not in days:
+        parser.error(f"argument --ds: model {version} has no ads index for {ds}; its indexes: {_listing(days)}")
+    return ds or days[-1]
+
+
+def _export_day(paths: GemPaths, cfg: GemConfig, ds: date, parser: argparse.ArgumentParser) -> date:
+    """`ds` if it is a day of the calendar with training examples (what scoring reads); a parser error if not."""
+    from dagster_project.defs.partitions import daily_partitions
+    from jobs.lake import partition_days
+
+    calendar = daily_partitions(cfg)
+    days = [d for d in partition_days(paths.table("gold.training_examples")) if calendar.has_partition_key(str(d))]
+    if ds not in days:
+        parser.error(f"argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
+                     f"{_listing(days) or 'none yet (materialise build_features_job for a day first)'}")
+    return ds
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="gem", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="gem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="materialise the whole asset graph and print a summary")
     demo.add_argument("--verbose", action="store_true", help="print the runs' DEBUG events too")
     sql = sub.add_parser("sql", help="run a read-only query (DuckDB SQL) over the lake")
     sql.add_argument("file", nargs="?", type=Path, help="a .sql file (e.g. sql/row_counts.sql)")
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
-    from jobs.sql_limits import SQLLimits
-    from jobs.sql_output import FORMATS, ROW_CAP
-
     sql.add_argument("--format", choices=FORMATS, default="table")
     rows = sql.add_mutually_exclusive_group()
     rows.add_argument("--limit", type=int, default=ROW_CAP, metavar="N",
@@ -197,20 +261,24 @@ def main(argv: list[str] | None = None) -> None:
     sql.add_argument("--max-temp-size", metavar="SIZE", help="most a query may spill, e.g. 50GB (default "
                      f"{SQLLimits.max_temp_directory_size})")
     nb = sub.add_parser("neighbors", help="nearest ads to a user from the FAISS index")
-    nb.add_argument("--user-id", type=int, required=True)
-    nb.add_argument("--k", type=int, default=10)
-    nb.add_argument("--model-version", default=None)
-    nb.add_argument("--ds", default=None, help="the index's day (default: the newest the version has)")
-    pr = sub.add_parser("promote", help="point models/LATEST at a version whose holdout check passes")
-    pr.add_argument("version")
+    nb.add_argument("--user-id", type=_int_from(0, MAX_ID), required=True)
+    nb.add_argument("--k", type=_int_from(1, MAX_NEIGHBORS), default=10, help=f"1 to {MAX_NEIGHBORS} (default 10)")
+    nb.add_argument("--model-version", default=None, help="default: the promoted one")
+    nb.add_argument("--ds", type=_day, default=None, help="the index's day (default: the newest the version has)")
+    pr = sub.add_parser("promote", help="point models/LATEST at a version the promotion rule accepts")
+    pr.add_argument("version", metavar="VERSION", help="a model version name (gem sql: meta.models)")
+    pr.add_argument("--force", action="store_true",
+                    help="waive the comparison with the promoted model (a rollback); needs --reason")
+    pr.add_argument("--reason", default="", help="why the comparison is waived, recorded with the decision")
     lk = sub.add_parser("lake", help="maintain the lake's tables").add_subparsers(dest="lake_command", required=True)
     dc = lk.add_parser("drop-columns", help="rewrite a table without some columns (one Delta commit)")
     dc.add_argument("table", help="<layer>.<table>, e.g. bronze.impressions")
     dc.add_argument("columns", nargs="+")
     ex = sub.add_parser("export", help="score, index and generate candidates for one day")
-    ex.add_argument("--ds", required=True, help="the partition, e.g. 2026-11-06")
-    ex.add_argument("--model-version", default=None, help="default: the latest teacher")
+    ex.add_argument("--ds", type=_day, required=True, help="the partition, e.g. 2026-11-06")
+    ex.add_argument("--model-version", default=None, help="default: the promoted teacher")
     args = parser.parse_args(argv)
+    paths = GemPaths.from_env()
     if args.command == "demo":
         from dagster_project.demo import main as demo_main
 
@@ -227,15 +295,21 @@ def main(argv: list[str] | None = None) -> None:
                 None if args.all else args.limit, _variables(args.var, parser), _sql_limits(args, parser))
     elif args.command == "export":
         try:
-            export(args.ds, args.model_version)
+            cfg = GemConfig.from_env()
+            version = _model_version(paths, args.model_version, "--model-version", ex)
+            export(_export_day(paths, cfg, args.ds, ex), version)
         except ConfigError as error:
             raise SystemExit(f"gem export: {error}") from None
     elif args.command == "promote":
-        promote(args.version)
+        if args.force != bool(args.reason.strip()):
+            pr.error("argument --reason: --force and a non-empty --reason go together: the reason is recorded "
+                     "with the decision, e.g. --force --reason 'roll back: serving regression'")
+        promote(paths, _model_version(paths, args.version, "VERSION", pr), args.reason.strip())
     elif args.command == "lake":
         drop_columns(args.table, args.columns)
     else:
-        neighbors(args.user_id, args.k, args.model_version, args.ds)
+        version = _model_version(paths, args.model_version, "--model-version", nb)
+        neighbors(paths, args.user_id, args.k, version, _index_day(paths, version, args.ds, nb))
 
 
 if __name__ == "__main__":

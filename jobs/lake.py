@@ -143,6 +143,17 @@ def table_rows(path: Path, partition: dict[str, object] | None = None) -> int:
     return table_stats(path, partition).rows
 
 
+def partition_days(path: Path) -> list[date]:
+    """The days (`ds` partitions) the Delta table at `path` holds rows in, oldest first, from its log's file
+    entries (delta-rs: no Spark job, no data file read); none where there is no table yet."""
+    if not (path / "_delta_log").is_dir():
+        return []
+    files = pa.table(LogReader(str(path)).get_add_actions(flatten=True))
+    # A file without statistics (null num_records) counts as holding rows: its reader will find out.
+    holding = files.filter(pc.field("num_records").is_null() | (pc.field("num_records") > 0))
+    return sorted(set(holding["partition.ds"].to_pylist()))
+
+
 def value_counts(path: Path, column: str, partition: dict[str, object] | None = None) -> dict[str, int]:
     """Rows per value of `column` in `partition` (None: the whole table) now in the table, read by delta-rs
     one batch at a time (only that column of that partition's files): no Spark job."""
@@ -164,14 +175,16 @@ class TableStats:
     schema: dict[str, str]  # column -> Spark's name of its type (`DataType.simpleString`), as `_schema` gives
     rows: int
     nulls: dict[str, int]  # the columns asked for -> their null values
+    repeated_keys: int = 0  # rows beyond the first of each value of the key asked for
 
 
 def table_stats(path: Path, partition: dict[str, object] | None = None,
-                null_columns: tuple[str, ...] = ()) -> TableStats:
+                null_columns: tuple[str, ...] = (), unique_key: tuple[str, ...] = ()) -> TableStats:
     """The schema, rows and null counts of `partition` (None: the whole table; values as Python values or their
     ISO strings) from one snapshot of the Delta log and the per-file statistics Delta writes beside each file
     (delta-rs: no Spark job). A column without statistics (Delta keeps them for the first 32 columns) or a file
-    without any is counted from the Parquet files themselves."""
+    without any is counted from the Parquet files themselves. With `unique_key`, also how many rows repeat a
+    key value: that needs the key's columns of the partition, read from its files."""
     if not (path / "_delta_log").is_dir():
         raise FileNotFoundError(f"no Delta table at {path}; materialise the asset that writes it first")
     log = LogReader(str(path))
@@ -198,8 +211,12 @@ def table_stats(path: Path, partition: dict[str, object] | None = None,
         data = log.to_pyarrow_dataset().to_table(columns=unread, filter=_partition_filter(typed))
         rows = data.num_rows
         nulls.update({c: data[c].null_count for c in unread})
+    repeated = 0
+    if unique_key:
+        keys = log.to_pyarrow_dataset().to_table(columns=list(unique_key), filter=_partition_filter(typed))
+        repeated = keys.num_rows - keys.group_by(list(unique_key)).aggregate([]).num_rows
     return TableStats(log.version(), {k: _spark_type(t) for k, t in fields.items()}, rows,
-                      {c: int(n or 0) for c, n in nulls.items()})
+                      {c: int(n or 0) for c, n in nulls.items()}, repeated)
 
 
 def _stat_sum(files: pa.Table, column: str) -> int | None:

@@ -7,7 +7,11 @@ Defaults are embedded and local: `local[*]`, Delta jars from `.venv/jars` (insta
 - `GEM_SPARK_JARS_DIR`: a pre-populated directory of Delta jars (default `<venv>/jars`), or
 - `GEM_SPARK_JARS_PACKAGES`: Maven coordinates resolved by Spark itself instead, e.g.
   `io.delta:delta-spark_2.13:4.4.0` (needs Maven access from the driver);
-- `GEM_SPARK_CONF`: extra `key=value` pairs separated by `;`.
+- `GEM_SPARK_CONF`: extra `key=value` pairs separated by `;`;
+- `PYSPARK_PYTHON`: the interpreter Spark's Python workers run (default: the driver's own,
+  `sys.executable`). On a cluster, set it to a path that holds this environment on every
+  executor (the same venv on a shared file system, or a packed one shipped with
+  `spark.archives`).
 
 Under `spark-submit` the driver's JVM is running before any Python does, so its command line, not
 this module, sets the master and must carry Delta's jars: `python -m jobs.spark_submit` builds that
@@ -91,6 +95,13 @@ class SparkSettings:
         return args
 
 
+def worker_python() -> str:
+    """The interpreter of Spark's Python workers: `PYSPARK_PYTHON` if set, else the driver's own. pyspark would
+    otherwise start the `python3` on PATH, which may be another minor version (Debian 13's 3.13) and fails
+    the first Python UDF or local-data step with PYTHON_VERSION_MISMATCH."""
+    return os.environ.get("PYSPARK_PYTHON") or sys.executable
+
+
 def submitted() -> bool:
     """Whether spark-submit started this process (its JVM, already running, handed us its gateway)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -99,6 +110,7 @@ def submitted() -> bool:
 def build_spark_session(settings: SparkSettings | None = None, app_name: str = "gem-pipeline") -> SparkSession:
     """Return the process's Spark session, creating it with Delta enabled on first use."""
     settings = settings or SparkSettings.from_env()
+    os.environ["PYSPARK_PYTHON"] = worker_python()  # pyspark reads it when the SparkContext starts
     if submitted():
         return _submitted_session(settings, app_name)
     builder = SparkSession.builder.master(settings.master).appName(app_name)

@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from jobs.spark_session import SparkSettings
+from jobs.spark_session import SparkSettings, worker_python
 
 
 def submit_command(script: str, args: list[str], settings: SparkSettings) -> list[str]:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     command = submit_command(argv[0], argv[1:], SparkSettings.from_env())
     print(shlex.join(command), flush=True)
     # The driver and the executors run this interpreter (and so this environment's packages) unless told otherwise.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYSPARK_PYTHON"] = worker_python()
     os.execv(command[0], command)
 
 

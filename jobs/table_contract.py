@@ -6,7 +6,8 @@ the per-layer tables of docs/tables.md are generated from it: `python -m jobs.ta
 prints them, `--write docs/tables.md` replaces the generated blocks in place and `--check
 docs/tables.md` fails when they are stale (tests/test_table_contract.py runs the check).
 
-A table guarantees its required columns: it never lacks one, and key columns are never null. It
+A table guarantees its required columns: it never lacks one, key columns are never null and no two
+rows of a partition share their values (unless the contract says the keys only group rows). It
 may carry more. The extra columns that have a fixed name under the default configuration (the
 synthetic world's `signup_date` or `true_*` truth, the default `FeatureSpec`'s `<feature>_idx`
 and `seq_category_idx`, the impression columns that gold.training_examples keeps) are listed as
@@ -46,6 +47,7 @@ class TableContract:
     keys: tuple[str, ...]
     partitioned_by: tuple[str, ...] = ()
     notes: str = ""  # extra columns with no fixed name (a dataset's own features, per-config columns)
+    unique: bool = True  # the keys identify one row of a partition; False: they only group rows
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.schema]
@@ -151,7 +153,7 @@ CONTRACT: dict[str, TableContract] = {
          Column("action", "string", "what the user did"),
          Column("surface", "string", SURFACE),
          Column("ts", "timestamp", "when it happened"), DS),
-        ("user_id", "item_id", "ts"), ("ds",),
+        ("user_id", "item_id", "action", "ts"), ("ds",),
         notes="a real dataset's own event features"),
     "bronze.impressions": TableContract(
         "ad impressions with their labels, one row each",
@@ -169,7 +171,7 @@ CONTRACT: dict[str, TableContract] = {
                 "aggregated from many lines)"),
          Column("source_file", "string", "that file, under the datasets folder; null when `raw_line` is"),
          Column("source_line", "bigint", "its 1-based line number (the header is line 1); null when `raw_line` is")),
-        ("source_table", "source_partition", "reason"), ("source_table", "source_partition")),
+        ("source_table", "source_partition", "reason"), ("source_table", "source_partition"), unique=False),
     "silver.user_features": TableContract(
         "the observable `bronze.users` columns (no `true_*`) and their embedding rows, one row per user",
         (USER_ID, idx("user_id"), *optional(*USER_ATTRIBUTES, WORLD_USER, *(idx(c.name) for c in USER_ATTRIBUTES))),
@@ -303,7 +305,7 @@ def layer_markdown(layer: str) -> str:
         if table.split(".")[0] != layer:
             continue
         partitions = ", ".join(f"`{c}`" for c in contract.partitioned_by) or "–"
-        keys = ", ".join(f"`{c}`" for c in contract.keys)
+        keys = ", ".join(f"`{c}`" for c in contract.keys) + ("" if contract.unique else " (not unique)")
         guaranteed = _columns_cell([c for c in contract.schema if not c.optional])
         others = _columns_cell([c for c in contract.schema if c.optional], contract.notes)
         rows.append(f"| `{table}` | {_cell(contract.description)} | {partitions} | {keys} | {guaranteed} | {others} |")

@@ -1,3 +1,4 @@
+import gzip
 import json
 import re
 import sys
@@ -21,6 +22,7 @@ from gem_model.config import (
     WorldConfig,
     with_later_settings,
 )
+from gem_model.documents import MAX_BYTES
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
 # change these: last, integer ids by modulo and labels in rows of their own (`SparseFeature.encoding`).
@@ -209,18 +211,18 @@ def test_surfaces_are_a_non_empty_set_of_known_surfaces(surfaces, message):
 
 
 @pytest.mark.parametrize("section, key, value, allowed", [
-    ("train", "epochs", 0, "an integer >= 1"),
-    ("train", "nproc", 0, "an integer >= 1"),
-    ("train", "batch_size", -8, "an integer >= 1"),
-    ("export", "nproc", 0, "an integer >= 1"),
-    ("export", "chunk_rows", 0, "an integer >= 1"),
-    ("student", "epochs", 0, "an integer >= 1"),
-    ("world", "n_users", 0, "an integer >= 1"),
-    ("world", "n_days", -1, "an integer >= 1"),
-    ("world", "holdout_days", 0, "an integer >= 1"),
-    ("features", "max_seq_len", 0, "an integer >= 1"),
-    ("features", "action_buckets", 1, "an integer >= 2"),
-    ("index", "train_sample", 0, "an integer >= 1"),
+    ("train", "epochs", 0, "an integer in [1, 10000]"),
+    ("train", "nproc", 0, "an integer in [1, 4096]"),
+    ("train", "batch_size", -8, "an integer in [1, 16777216]"),
+    ("export", "nproc", 0, "an integer in [1, 4096]"),
+    ("export", "chunk_rows", 0, "an integer in [1, 16777216]"),
+    ("student", "epochs", 0, "an integer in [1, 10000]"),
+    ("world", "n_users", 0, "an integer in [1, 2147483647]"),
+    ("world", "n_days", -1, "an integer in [1, 3660]"),
+    ("world", "holdout_days", 0, "an integer in [1, 3660]"),
+    ("features", "max_seq_len", 0, "an integer in [1, 1048576]"),
+    ("features", "action_buckets", 1, "an integer in [2, 2147483647]"),
+    ("index", "train_sample", 0, "an integer in [1, 2147483647]"),
 ])
 def test_zero_and_negative_sizes_are_refused_when_the_config_is_built(section, key, value, allowed):
     _refused({section: {key: value}}, f"{section}.{key}={value}: must be {allowed}")
@@ -228,13 +230,13 @@ def test_zero_and_negative_sizes_are_refused_when_the_config_is_built(section, k
 
 def test_direct_construction_is_checked_like_json():
     for build, message in [
-        (lambda: TrainConfig(epochs=0), "train.epochs=0: must be an integer >= 1"),
-        (lambda: TrainConfig(nproc=0), "train.nproc=0: must be an integer >= 1"),
-        (lambda: ExportConfig(nproc=0), "export.nproc=0: must be an integer >= 1"),
-        (lambda: TrainConfig(dense_lr=-1.0), "train.dense_lr=-1.0: must be a number > 0"),
-        (lambda: SequenceConfig(pyramid=(16, 0)), "model.sequence.pyramid[1]=0: must be an integer >= 1"),
+        (lambda: TrainConfig(epochs=0), "train.epochs=0: must be an integer in [1, 10000]"),
+        (lambda: TrainConfig(nproc=100_000), "train.nproc=100000: must be an integer in [1, 4096]"),
+        (lambda: ExportConfig(nproc=0), "export.nproc=0: must be an integer in [1, 4096]"),
+        (lambda: TrainConfig(dense_lr=-1.0), "train.dense_lr=-1.0: must be a number in (0, 10]"),
+        (lambda: SequenceConfig(pyramid=(16, 0)), "model.sequence.pyramid[1]=0: must be an integer in [1, 1048576]"),
         (lambda: SparseFeature("user_id", 1, "user"),
-         "features.features['user_id'].buckets=1: must be an integer >= 2"),
+         "features.features['user_id'].buckets=1: must be an integer in [2, 2147483647]"),
         (lambda: StudentConfig(validation_fraction=1.0), "student.validation_fraction=1.0: must be a number in (0, 1)"),
     ]:
         with pytest.raises(ConfigError, match="^" + re.escape(message)):
@@ -242,15 +244,15 @@ def test_direct_construction_is_checked_like_json():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"train": {"epochs": 2.5}}, "train.epochs=2.5: must be an integer >= 1, not a float"),
-    ({"train": {"epochs": "3"}}, "train.epochs='3': must be an integer >= 1, not a string"),
-    ({"train": {"epochs": True}}, "train.epochs=True: must be an integer >= 1, not a boolean"),
-    ({"train": {"dense_lr": "0.01"}}, "train.dense_lr='0.01': must be a number > 0, not a string"),
-    ({"train": {"dense_lr": 0}}, "train.dense_lr=0: must be a number > 0"),
+    ({"train": {"epochs": 2.5}}, "train.epochs=2.5: must be an integer in [1, 10000], not a float"),
+    ({"train": {"epochs": "3"}}, "train.epochs='3': must be an integer in [1, 10000], not a string"),
+    ({"train": {"epochs": True}}, "train.epochs=True: must be an integer in [1, 10000], not a boolean"),
+    ({"train": {"dense_lr": "0.01"}}, "train.dense_lr='0.01': must be a number in (0, 10], not a string"),
+    ({"train": {"dense_lr": 0}}, "train.dense_lr=0: must be a number in (0, 10]"),
     ({"train": {"min_lr_fraction": 1.5}}, "train.min_lr_fraction=1.5: must be a number in [0, 1]"),
-    ({"train": {"retrieval_weight": -0.1}}, "train.retrieval_weight=-0.1: must be a number >= 0"),
-    ({"train": {"grad_clip": float("inf")}}, "train.grad_clip=inf: must be a number > 0 (a finite number)"),
-    ({"train": {"seed": -1}}, "train.seed=-1: must be an integer >= 0"),
+    ({"train": {"retrieval_weight": -0.1}}, "train.retrieval_weight=-0.1: must be a number in [0, 1000]"),
+    ({"train": {"grad_clip": float("inf")}}, "train.grad_clip=inf: must be a number in (0, 1000000] (a finite number)"),
+    ({"train": {"seed": -1}}, "train.seed=-1: must be an integer in [0, 4294967295]"),
     ({"train": {"dense_lr_schedule": "step"}}, "train.dense_lr_schedule='step': must be one of ['constant', 'cosine']"),
     ({"world": {"new_ad_fraction": 1}}, "world.new_ad_fraction=1: must be a number in [0, 1)"),
     ({"world": {"start_date": "01/11/2026"}}, "world.start_date='01/11/2026': must be an ISO date string (YYYY-MM-DD)"),
@@ -263,14 +265,14 @@ def test_direct_construction_is_checked_like_json():
     ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
     ({"model": {"sequence": {"activation": "relu"}}}, "model.sequence.activation='relu': must be one of"),
     ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
-                                               "each element an integer >= 1"),
-    ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer >= 1"),
+                                               "each element an integer in [1, 1048576]"),
+    ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer in [1, 65536]"),
     ({"model": {"surface_dims": [32, 16]}}, "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
-                                           "element, an integer >= 1, not an array of 2"),
+                                           "element, an integer in [1, 65536], not an array of 2"),
     ({"model": {"use_sequence": "no"}}, "model.use_sequence='no': must be true or false (a JSON boolean)"),
     ({"features": {"features": "user_id"}}, "features.features='user_id': must be a non-empty JSON array"),
     ({"features": {"features": [{"name": "user_id", "buckets": 0, "side": "user"}]}},
-     "features.features[0].buckets=0: must be an integer >= 2"),
+     "features.features[0].buckets=0: must be an integer in [2, 2147483647]"),
     ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "person"}]}},
      "features.features[0].side='person': must be one of ['user', 'ad', 'context']"),
     ({"features": {"features": [{"name": "user_id", "buckets": 8}]}},
@@ -278,7 +280,7 @@ def test_direct_construction_is_checked_like_json():
     ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "user", "dim": 4}]}},
      "config.features.features[0]: unknown key(s) ['dim']"),
     ({"index": {"min_recall": 1.01}}, "index.min_recall=1.01: must be a number in [0, 1]"),
-    ({"student": {"adapter_prior_sds": [0.1, 0]}}, "student.adapter_prior_sds[1]=0: must be a number > 0"),
+    ({"student": {"adapter_prior_sds": [0.1, 0]}}, "student.adapter_prior_sds[1]=0: must be a number in (0, 1000000]"),
     ({"student": {"variants": ["kd", "kd"]}}, "student.variants=['kd', 'kd']: must be a JSON array without duplicates"),
     ({"student": {"features": "user_id"}}, "student.features='user_id': must be a non-empty JSON array"),
 ])
@@ -319,7 +321,7 @@ def test_config_errors_are_value_errors():
     ("", " is empty; write a JSON object of overrides, e.g. {"),
     ("  \n", " is empty; write a JSON object of overrides"),
     ('{"train": {"epochs": 1,}}', " is not valid JSON: Expecting property name enclosed in double quotes at line 1, "
-                                  "column 24; write a JSON object of overrides"),
+                                  "column 24; fix the syntax there"),
     ('{\n  "train": {"epochs": 1}\n  "world": {}\n}',
      " is not valid JSON: Expecting ',' delimiter at line 3, column 3"),
     ("[1, 2]", ": the top level is an array, not a JSON object; write a JSON object of overrides"),
@@ -342,6 +344,75 @@ def test_a_bad_value_in_a_gem_config_file_names_the_file_and_the_key(tmp_path, m
         GemConfig.from_env()
     path.write_text('{"train": {"epochs": 1}}')
     assert GemConfig.from_env().train.epochs == 1
+
+
+@pytest.mark.parametrize("section, key, value, allowed", [
+    ("world", "n_days", 100_000_000, "an integer in [1, 3660]"),
+    ("train", "nproc", 100_000, "an integer in [1, 4096]"),
+    ("export", "nproc", 4097, "an integer in [1, 4096]"),
+    ("world", "impressions_per_day", 2**31, "an integer in [1, 2147483647]"),
+    ("world", "activity_sigma", 50, "a number in [0, 10]"),
+    ("train", "batch_size", 2**24 + 1, "an integer in [1, 16777216]"),
+    ("train", "epochs", 1_000_000, "an integer in [1, 10000]"),
+    ("train", "window_days", 3661, "an integer in [0, 3660]"),
+    ("train", "dense_lr", 30, "a number in (0, 10]"),
+    ("train", "temperature", 1000, "a number in (0, 100]"),
+    ("train", "retrieval_weight", 1e9, "a number in [0, 1000]"),
+    ("train", "seed", 2**32, "an integer in [0, 4294967295]"),
+    ("model", "embedding_dim", 1_000_000, "an integer in [1, 65536]"),
+    ("features", "max_seq_len", 2**21, "an integer in [1, 1048576]"),
+    ("student", "eval_days", 5000, "an integer in [1, 3660]"),
+    ("index", "nprobe", 2**40, "an integer in [1, 2147483647]"),
+])
+def test_values_past_their_upper_bound_are_refused_naming_the_key_the_value_and_the_range(section, key, value,
+                                                                                          allowed):
+    _refused({section: {key: value}}, f"{section}.{key}={value!r}: must be {allowed}")
+
+
+def test_a_gem_config_file_with_a_huge_calendar_or_process_count_is_refused_before_anything_runs(tmp_path,
+                                                                                                monkeypatch):
+    path = tmp_path / "overrides.json"
+    monkeypatch.setenv("GEM_CONFIG", str(path))
+    for text, message in [('{"world": {"n_days": 100000000}}', "world.n_days=100000000: must be an integer in "
+                                                                "[1, 3660]"),
+                          ('{"train": {"nproc": 100000}}', "train.nproc=100000: must be an integer in [1, 4096]")]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path}: {message}")):
+            GemConfig.from_env()
+
+
+def test_a_calendar_running_past_the_last_date_is_refused():
+    _refused({"world": {"start_date": "9999-12-30", "n_days": 3}},
+             "world.start_date=9999-12-30 with world.n_days=3 runs past 9999-12-31; start the calendar earlier")
+    assert GemConfig.from_dict({"world": {"start_date": "9999-12-29", "n_days": 3}}).world.days[-1] == date.max
+
+
+HOSTILE_CONFIG_FILES = [
+    (b'{"train": {"epochs": 1},\n "world": {},\n "train": {"epochs": 9}}',
+     " repeats the key 'train' at line 3, first given at line 1 (only one copy would be kept, silently); keep one"),
+    (b'{"train": {"epochs": 1, "epochs": 9}}', " repeats the key 'epochs' at line 1, first given at line 1"),
+    (b"[" * 50_000 + b"]" * 50_000, " nests deeper than 50 levels at line 1; flatten it"),
+    (gzip.compress(b'{"train": {"epochs": 1}}'), " is gzip-compressed; decompress it: it must be UTF-8 text"),
+    ('{"data": {"data_dir": "/données"}}'.encode("latin-1"), " is not UTF-8 text (byte 0xe9 at line 1); save it "
+                                                            "as UTF-8"),
+    (b'{"train": {"epochs": 1}}\x00\x00', " is binary (a NUL byte at line 1); it must be UTF-8 text"),
+    (b" " * (MAX_BYTES + 1), f" is larger than {MAX_BYTES} bytes"),
+]
+
+
+@pytest.mark.parametrize("data, message", HOSTILE_CONFIG_FILES)
+def test_a_hostile_gem_config_file_is_refused_naming_the_file_and_the_problem(tmp_path, monkeypatch, data, message):
+    """Repeated keys (JSON keeps the last silently), deep nesting (a RecursionError), gzip, Latin-1, binary, huge."""
+    path = tmp_path / "overrides.json"
+    path.write_bytes(data)
+    monkeypatch.setenv("GEM_CONFIG", str(path))
+    with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path} (GEM_CONFIG or --config){message}")):
+        GemConfig.from_env()
+
+
+def test_allowing_data_outside_the_data_root_does_not_rename_the_teacher():
+    allowed = GemConfig.from_dict({"data": {"allow_outside_data_root": True}})
+    assert allowed.data.allow_outside_data_root and allowed.fingerprint == PRESET_FINGERPRINTS["tiny"]
 
 
 def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monkeypatch):

@@ -38,6 +38,14 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     assert len(list(graph.asset_check_keys)) >= 12
 
 
+def test_the_jobs_a_missing_input_error_names_build_those_inputs(tmp_path):
+    from jobs.features.build import BUILT_BY
+
+    repo = build_definitions(lake=LakeResource(home=str(tmp_path))).get_repository_def()
+    for table, job in BUILT_BY.items():
+        assert dg.AssetKey(table.split(".")) in repo.get_job(job).asset_layer.executable_asset_keys, (table, job)
+
+
 def test_runs_execute_in_process_unless_the_environment_asks_otherwise(tmp_path, monkeypatch):
     lake = LakeResource(home=str(tmp_path))
     assert build_definitions(lake=lake).resolve_job_def("build_features_job").executor_def.name == "in_process"

@@ -161,3 +161,71 @@ def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_p
             land_bronze(spark, cfg, paths, table)
         assert table_version(paths.table(table)) == versions[table]
         assert read_table(spark, paths.table(table)).count() == landing.accepted
+
+
+def _events(spark, day: date, users: int):
+    rows = [Row(user_id=u, item_id=7, action="view", surface="feed", ts=datetime(day.year, day.month, day.day, 9),
+                ds=day) for u in range(users)]
+    return spark.createDataFrame(rows, "user_id bigint, item_id bigint, action string, surface string, ts timestamp, "
+                                       "ds date")
+
+
+def test_a_day_missing_from_the_lookback_fails_the_build_before_anything_is_written(spark, tmp_path):
+    from jobs.features.build import MissingInputError, build_silver, build_user_sequences
+
+    cfg = GemConfig.from_dict({"features": {"lookback_days": 2}})
+    first, gap, day = cfg.world.days[:3]
+    paths = GemPaths(tmp_path)
+    with pytest.raises(MissingInputError, match=r"cannot build silver.ad_features: bronze.ads partition all was "
+                                                r"never landed .*materialise bronze/ads \(build_dimensions_job"):
+        build_silver(spark, cfg, paths, "silver.ad_features")
+    ads = spark.createDataFrame([Row(ad_id=7, advertiser_id=1, category=3, ad_format="video", objective="sales")],
+                                "ad_id bigint, advertiser_id bigint, category bigint, ad_format string, "
+                                "objective string")
+    land(ads, "bronze.ads", paths, SURFACES)
+    build_silver(spark, cfg, paths, "silver.ad_features")
+    land(_events(spark, first, 3), "bronze.events", paths, SURFACES, first)
+    land(_events(spark, day, 2), "bronze.events", paths, SURFACES, day)
+    assert build_user_sequences(spark, cfg, paths, first) == 3  # its lookback before the calendar needs no days
+    sequences = paths.table("gold.user_sequences")
+    version = table_version(sequences)
+    with pytest.raises(MissingInputError, match=(
+            rf"cannot build gold.user_sequences for {day}: bronze.events partition {gap} was never landed \(no "
+            rf"landing journal in .*\) \(its sequences look back 2 days\). Land it first: materialise bronze/events "
+            rf"for {gap} \(build_features_job, or python -m jobs.build_features\), then build gold.user_sequences "
+            rf"for {day} again; nothing was written")):
+        build_user_sequences(spark, cfg, paths, day)
+    assert table_version(sequences) == version
+    assert [r["ds"] for r in read_table(spark, sequences).select("ds").distinct().collect()] == [first]
+
+    # A day landed with no rows is a day without events, not a missing one: the build goes on.
+    assert land(_events(spark, gap, 0), "bronze.events", paths, SURFACES, gap).accepted == 0
+    assert build_user_sequences(spark, cfg, paths, day) == 3  # the first day's users are still in the window
+
+
+def test_a_gold_partition_whose_events_are_missing_fails_in_dagster_before_spark_starts(tmp_path):
+    import dagster as dg
+
+    from dagster_project.defs.features.assets import build_feature_assets
+    from dagster_project.resources.lake import LakeResource
+    from dagster_project.resources.spark import SparkResource
+
+    class NoSpark(SparkResource):
+        def session(self):
+            raise AssertionError("the step started Spark")
+
+    lake = LakeResource(home=str(tmp_path / "gem"))
+    day = lake.config.world.days[2].isoformat()
+    assets = build_feature_assets(lake.config)
+    sequences = next(a for a in assets if a.key == dg.AssetKey(["gold", "user_sequences"]))
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([sequences], partition_key=day, resources={"lake": lake, "spark": NoSpark()},
+                            instance=instance, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else \
+        failure.step_failure_data.error.message
+    assert "MissingInputError: cannot build gold.user_sequences for " + day in message
+    assert "bronze.events partitions 2026-11-01, 2026-11-02, 2026-11-03 were never landed" in message
+    assert instance.get_latest_materialization_event(sequences.key) is None
+    assert not lake.paths.table("gold.user_sequences").exists()

@@ -76,6 +76,22 @@ def test_dimension_duplicates_and_bad_keys(spark, tmp_path):
     assert landing.reasons == {"duplicate_user_id": 1, "negative_user_id": 1, "null_user_id": 1}
 
 
+def test_an_event_repeated_in_its_key_is_rejected_and_two_actions_in_one_second_are_two_events(spark, tmp_path):
+    paths = GemPaths(tmp_path)
+    at = datetime(2026, 11, 3, 9, 30, 5)
+    view = Row(user_id=1, item_id=7, action="view", surface="feed", ts=at, ds=DS)
+    events = spark.createDataFrame(
+        [view, Row(**{**view.asDict(), "action": "ad_click"}), Row(**{**view.asDict(), "surface": "reels"}),
+         Row(**{**view.asDict(), "item_id": 8})],
+        "user_id bigint, item_id bigint, action string, surface string, ts timestamp, ds date")
+    landing = land(events, "bronze.events", paths, SURFACES, DS)
+    assert (landing.accepted, landing.rejected, landing.conserved) == (3, 1, True)
+    assert landing.reasons == {"duplicate_user_id_item_id_action_ts": 1}
+    kept = read_table(spark, paths.table("bronze.events")).collect()
+    assert sorted((r["item_id"], r["action"], r["surface"]) for r in kept) == [
+        (7, "ad_click", "feed"), (7, "view", "feed"), (8, "view", "feed")]  # the first copy in JSON order
+
+
 def test_a_lake_holds_one_data_source(tmp_path):
     paths = GemPaths(tmp_path)
     paths.claim_source("synthetic")

@@ -7,7 +7,10 @@ tests/test_sources.py.
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,11 +19,12 @@ import pytest
 import yaml
 
 from gem_model.config import ConfigError, GemConfig
+from gem_model.documents import MAX_BYTES
 from gem_model.paths import GemPaths
 from jobs.features.build import land_bronze
 from jobs.lake import read_table
-from jobs.sources.lines import SourceFormatError
-from jobs.sources.mapped import BUILT_IN
+from jobs.sources.lines import SourceFormatError, check_header
+from jobs.sources.mapped import BUILT_IN, Source, mapping_of
 from jobs.sources.mapping import MappingError, load_mapping
 
 MAPPING = {
@@ -161,6 +165,137 @@ def test_gem_source_mapping_selects_the_mapping_source(monkeypatch, tmp_path):
         GemConfig.from_dict({"data": {"mapping": "m.yaml"}})
 
 
+# -- Hostile or odd mapping files: refused with the file, the line and the fix, never with their content --
+
+def _refused(path: Path, message: str) -> str:
+    """The MappingError of `path`, which must name the file and hold `message`."""
+    with pytest.raises(MappingError) as error:
+        load_mapping(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+    return str(error.value)
+
+
+def _file(tmp_path: Path, content: str | bytes, name: str = "mapping.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return path
+
+
+def test_an_alias_bomb_is_refused_at_its_first_anchor_without_expanding_it(tmp_path):
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    message = _refused(_file(tmp_path, "\n".join([*levels, "name: *i"]) + "\n"),
+                       "uses an anchor or alias (& or *) at line 1; write the value out in full")
+    assert "lol" not in message and len(message) < 400  # 9**9 copies of "lol" were never built
+
+
+@pytest.mark.parametrize("suffix, text", [(".yaml", "name: " + "[" * 50_000 + "]" * 50_000),
+                                          (".json", '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}")])
+def test_a_deeply_nested_mapping_is_a_mapping_error_not_a_recursion_error(tmp_path, suffix, text):
+    _refused(_file(tmp_path, text, f"mapping{suffix}"), "nest")  # libyaml stops flow nesting at 1,000 itself
+
+
+def test_a_compressed_binary_or_latin_1_mapping_is_refused_naming_the_file(tmp_path):
+    text = yaml.safe_dump(MAPPING, sort_keys=False)
+    _refused(_file(tmp_path, gzip.compress(text.encode()), "mapping.yaml.gz"), "is gzip-compressed; decompress it")
+    _refused(_file(tmp_path, text.replace("shop_logs", "boutique_été").encode("latin-1")),
+             "is not UTF-8 text (byte 0xe9 at line 1); save it as UTF-8")
+    _refused(_file(tmp_path, b"\x7fELF\x02\x01\x01\x00"), "is binary (a NUL byte at line 1)")
+    _refused(_file(tmp_path, "# " + "x" * MAX_BYTES), f"is larger than {MAX_BYTES} bytes")
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, suffix):
+    lines = yaml.safe_dump(MAPPING, sort_keys=False).splitlines() if suffix == ".yaml" else \
+        json.dumps(MAPPING, indent=1).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith(('user_id:', '"user_id":')))
+    lines.insert(at + 1, lines[at].replace("customer", "product"))  # user_id again, on the next line
+    _refused(_file(tmp_path, "\n".join(lines), f"mapping{suffix}"),
+             f"repeats the key 'user_id' at line {at + 2}, first given at line {at + 1}")
+
+
+def test_yes_no_on_off_and_leading_zeros_stay_the_text_written(tmp_path):
+    """YAML 1.1 reads `yes` as true, which became the code "True"; here labels and codes are the file's text."""
+    mapping = load_mapping(_file(tmp_path, """
+name: yes_no
+impressions: {folder: logs, files: [a.csv], columns: {slot: string, user: bigint, item: bigint, clicked: string},
+              header: [slot, 101, D109_14, 1.0]}
+user_id: user
+ad_id: item
+surface: {column: slot, values: {yes: feed, no: reels, 07: stories, 1.0: feed}}
+clicked: {column: clicked, positive: [yes, on, Y], negative: [no, off, 0]}
+"""))
+    assert mapping.surface.values == (("yes", "feed"), ("no", "reels"), ("07", "stories"), ("1.0", "feed"))
+    assert (mapping.clicked.positive, mapping.clicked.negative) == (("yes", "on", "Y"), ("no", "off", "0"))
+    assert mapping.layout.header == ("slot", "101", "D109_14", "1.0")
+
+
+@pytest.mark.parametrize("suffix, changes, message", [
+    (".yaml", {"clicked__positive": [True]}, "clicked.positive[0]: True is a boolean, not text as the file writes "
+                                             'it; quote it as the file writes it, e.g. "true"'),
+    (".json", {"clicked__negative": [0.0]}, "clicked.negative[0]: 0.0 is a number with a fraction, not text"),
+    (".yaml", {"surface__values": {True: "feed"}}, "surface.values: True is a boolean, not text"),
+])
+def test_a_boolean_or_fraction_where_the_file_has_text_is_refused_with_quote_it(tmp_path, suffix, changes, message):
+    _refused(_write(tmp_path, _changed(**changes), suffix), message)
+
+
+def test_a_path_that_is_no_mapping_is_not_quoted(tmp_path):
+    secret = _file(tmp_path, "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n",
+                   "passwd")
+    message = _refused(secret, "(top level): is a string, not a mapping of keys")
+    assert "root:x" not in message and "daemon" not in message
+
+
+def _located(tmp_path: Path, allow_outside: bool = False, **changes) -> tuple[Path, Path]:
+    """(data root, files' folder) of MAPPING with `changes`, written in `tmp_path`/mine."""
+    (tmp_path / "mine").mkdir(exist_ok=True)
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", _changed(**changes))))
+    cfg = GemConfig.from_dict({"data": {"allow_outside_data_root": allow_outside}}, base=cfg)
+    _, root, folder = mapping_of(cfg, None)
+    return root, folder
+
+
+@pytest.mark.parametrize("changes, key, resolved", [
+    ({"impressions__files": ["january.tsv", "../../" * 20 + "etc/passwd"]}, "impressions.files[1]", "/etc/passwd"),
+    ({"impressions__folder": "/etc"}, "impressions.folder", "/etc"),
+    ({"impressions__folder": "/etc", "impressions__files": ["passwd"]}, "impressions.folder", "/etc"),
+    ({"users": {"file": "../../elsewhere.csv", "columns": {"customer": "string"}, "id": "customer"}}, "users.file",
+     "elsewhere.csv"),
+])
+def test_a_mapping_path_outside_its_data_root_is_refused_naming_the_key(tmp_path, changes, key, resolved):
+    with pytest.raises(MappingError) as error:
+        _located(tmp_path, **changes)
+    root = (tmp_path / "mine").resolve()
+    assert str(error.value).startswith(f"{root / 'mapping.yaml'}: {key}: ")
+    assert f"{resolved}, outside the data root {root}; keep the data" in str(error.value)
+    assert "data.allow_outside_data_root: true" in str(error.value)
+
+
+def test_a_symlink_out_of_the_data_root_is_refused_and_an_explicit_allowance_lifts_the_rule(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "mine" / "logs").mkdir(parents=True)
+    (tmp_path / "mine" / "logs" / "january.tsv").symlink_to(tmp_path / "elsewhere" / "january.tsv")
+    with pytest.raises(MappingError, match=r"impressions.files\[0\]: 'logs/january.tsv' is .*/elsewhere/january.tsv, "
+                                           "outside the data root"):
+        _located(tmp_path)
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(MappingError, match="impressions.folder: '../linked' is .*/elsewhere, outside the data root"):
+        _located(tmp_path, impressions__folder="../linked", impressions__files=["january.tsv"])
+    root, folder = _located(tmp_path, allow_outside=True, impressions__folder="../linked")
+    assert (root, folder) == ((tmp_path / "mine").resolve(), (tmp_path / "mine").resolve() / "../linked")
+    inside = _located(tmp_path, impressions__folder=str(tmp_path / "mine" / "logs"), impressions__files=["x.tsv"])
+    assert inside[1] == tmp_path / "mine" / "logs"  # an absolute path inside the root is fine
+
+
+def test_a_header_line_that_is_no_delimited_line_names_the_file_and_line_1(tmp_path):
+    layout = dataclasses.replace(load_mapping(_write(tmp_path, MAPPING)).layout, name="wide.tsv")
+    wide = _file(tmp_path, "a" * 200_000 + "\tb\n1\t2\n", "wide.tsv")  # a field beyond the csv module's limit
+    with pytest.raises(SourceFormatError, match=rf"^{re.escape(str(wide))}: line 1, the header, is not a delimited "
+                                                r"line \(field larger than field limit"):
+        check_header(wide, layout)
+
+
 # (shown_at, customer, product, placement, clicked, bought, country, hour); january then february.
 JANUARY = [
     "shown_at\tcustomer\tproduct\tplacement\tclicked\tbought\tcountry\thour",
@@ -291,3 +426,43 @@ def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(
     rejected = [(r["source_table"], r["reason"], r["source_file"], r["source_line"])
                 for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
     assert rejected == [("bronze.events", "unparsable_at", "logs/views.csv", 5)]
+
+
+@pytest.mark.spark
+def test_old_mac_line_endings_land_every_line(spark, tmp_path):
+    """Bare CR line ends (no LF at all): the header is read as Spark splits lines, and every row lands."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "old_mac.csv").write_bytes(b"user,item,bought\r1,7,0\r1,8,1\r2,7,x\r")
+    mapping = {"name": "old_mac", "impressions": {"folder": "logs", "files": ["old_mac.csv"],
+                                                 "columns": {"user": "bigint", "item": "bigint", "bought": "int"}},
+               "user_id": "user", "ad_id": "item", "surface": "feed", "clicked": "all",
+               "converted": {"column": "bought", "positive": ["1"], "negative": ["0"]}}
+    _, paths = _land(spark, tmp_path, mapping, 2, ("bronze.impressions",))
+    accepted = sorted((r["user_id"], r["ad_id"], r["converted"])
+                      for r in read_table(spark, paths.table("bronze.impressions")).collect())
+    rejected = [(r["source_file"], r["source_line"], r["reason"], r["raw_line"])
+                for r in read_table(spark, paths.table("bronze.rejected_rows")).collect()]
+    assert accepted == [(1, 7, False), (1, 8, True)]
+    assert rejected == [("logs/old_mac.csv", 4, "invalid_label_bought", "2,7,x")]
+
+
+@pytest.mark.spark
+def test_a_header_error_never_quotes_a_file_outside_the_data_root(spark, tmp_path):
+    """Even where reading outside the root is allowed, the error names the file but does not quote its lines."""
+    (tmp_path / "elsewhere").mkdir()
+    first_line = "root:x:0:0:root:/root:/bin/bash"
+    (tmp_path / "elsewhere" / "passwd").write_text(first_line + "\ndaemon:x:1:1::/:/bin/false\n")
+    (tmp_path / "mine").mkdir()
+    mapping = _changed(impressions__folder="../elsewhere", impressions__files=["passwd"])
+    cfg = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", mapping)))
+    cfg = GemConfig.from_dict({"data": {"allow_outside_data_root": True}}, base=cfg)
+    with pytest.raises(SourceFormatError) as error:
+        Source(spark, cfg, None).users()
+    assert "passwd: the header is not the one this adapter reads" in str(error.value)
+    assert "found 1 (not quoted: the file lies outside the data root" in str(error.value)
+    assert "root:x" not in str(error.value) and "daemon" not in str(error.value)
+    (tmp_path / "mine" / "passwd").write_text(first_line + "\n")  # inside the root, the line found is quoted
+    inside = GemConfig.load("tiny", mapping=str(_write(tmp_path / "mine", _changed(impressions__folder="",
+                                                                                    impressions__files=["passwd"]))))
+    with pytest.raises(SourceFormatError, match=re.escape(f"found 1 ['{first_line}']")):
+        Source(spark, inside, None).users()

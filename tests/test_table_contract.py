@@ -117,7 +117,7 @@ def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_
 
 
 @pytest.mark.spark
-def test_the_contract_check_names_an_empty_table_null_keys_and_a_missing_column(spark, tmp_path):
+def test_the_contract_check_names_an_empty_table_null_or_repeated_keys_and_a_missing_column(spark, tmp_path):
     from dagster_project.defs.lake_tables import contract_check
     from dagster_project.resources.lake import LakeResource
 
@@ -135,6 +135,11 @@ def test_the_contract_check_names_an_empty_table_null_keys_and_a_missing_column(
     spark.createDataFrame([(None, 7), (2, 9)], "user_id bigint, user_id_idx bigint").write.format("delta") \
         .mode("overwrite").save(path)
     assert run().description == "1 null values in key column user_id"
+    spark.createDataFrame([(2, 7), (2, 9), (2, 9), (3, 1)], "user_id bigint, user_id_idx bigint").write \
+        .format("delta").mode("overwrite").save(path)
+    repeated = run()
+    assert repeated.description == "2 rows repeat the key (user_id) of an earlier row"
+    assert not repeated.passed and repeated.metadata["repeated_keys"].value == 2
     spark.createDataFrame([], "user_id bigint").write.format("delta").mode("overwrite") \
         .option("overwriteSchema", "true").save(path)
     assert run().description == "missing column user_id_idx (bigint); table is empty"

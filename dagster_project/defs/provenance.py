@@ -29,7 +29,7 @@ class Provenance:
 GROUPS = {
     "features": Provenance(("team:ads-data",), ("world", "data", "features"),
                            ("jobs/features", "jobs/sources", "jobs/lake.py", "jobs/table_contract.py")),
-    "training": Provenance(("team:ads-ranking",), ("world", "data", "features", "model", "train"),
+    "training": Provenance(("team:ads-ranking",), ("world", "data", "features", "model", "train", "promotion"),
                            ("gem_model", "kernels", "jobs/train.py")),
     "export": Provenance(("team:ads-serving",), ("export", "index"),
                          ("gem_model/export", "jobs/score.py", "jobs/export_tables.py")),

@@ -10,7 +10,8 @@ Delta has no transaction across two tables, so a landing is made atomic the way 
 commit is: a journal entry per (table, partition) (`$GEM_HOME/landings/<table>/<partition>.json`)
 says `started` before the first of the two commits and `committed` after both. A landing killed
 between them leaves `started`, and every job that reads that bronze partition refuses it
-(`require_landed`) until it is landed again; nothing reads a half-landed batch unnoticed. One
+(`require_landed`) until it is landed again; nothing reads a half-landed batch unnoticed, nor a
+partition that was never landed as if it had no rows. One
 landing of a partition runs at a time (`jobs.locks.partition_lock`), and the row-drop guard
 (`jobs.lake.WritePolicy`) refuses, before anything is written, to replace landed rows with an
 empty or much smaller batch unless asked.
@@ -62,6 +63,16 @@ class IncompleteLandingError(RuntimeError):
     pass
 
 
+class MissingLandingError(FileNotFoundError):
+    """Bronze partitions that were never landed: they have no landing journal."""
+
+    def __init__(self, table: str, partitions: list[str], journals: Path) -> None:
+        listed = ", ".join(partitions)
+        super().__init__(f"{table} partition{'s' if len(partitions) > 1 else ''} {listed} "
+                         f"{'were' if len(partitions) > 1 else 'was'} never landed (no landing journal in {journals})")
+        self.table, self.partitions = table, partitions
+
+
 def _journal_path(paths: GemPaths, table: str, partition: str) -> Path:
     return paths.home / "landings" / table / f"{partition}.json"
 
@@ -83,16 +94,23 @@ def read_journal(paths: GemPaths, table: str, partition: str) -> dict[str, Any] 
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def require_landed(paths: GemPaths, table: str, partitions: Iterable[str]) -> None:
-    """Refuse to read a partition of `table` whose last landing started and never finished."""
-    for partition in partitions:
-        entry = read_journal(paths, table, partition)
-        if entry is not None and entry["state"] != "committed":
+def require_landed(paths: GemPaths, table: str, partitions: Iterable[str]) -> dict[str, int]:
+    """The accepted rows of each partition of `table`; refuse one never landed (`MissingLandingError`: a day
+    that is missing is not a day without rows) or whose last landing started and never finished."""
+    entries = {partition: read_journal(paths, table, partition) for partition in partitions}
+    missing = [partition for partition, entry in entries.items() if entry is None]
+    if missing:
+        raise MissingLandingError(table, missing, _journal_path(paths, table, missing[0]).parent)
+    accepted = {}
+    for partition, entry in entries.items():
+        if entry["state"] != "committed":
             raise IncompleteLandingError(
                 f"{table} partition {partition}: its landing {entry['landing_id']} (by {entry['holder']}) started at "
                 f"{entry['started_at']} and never finished, so its accepted and rejected rows may disagree; land it "
                 f"again (materialise {table} for {partition}) before building anything from it"
             )
+        accepted[partition] = entry["accepted"]
+    return accepted
 
 
 def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],

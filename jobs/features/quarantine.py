@@ -5,10 +5,11 @@ First comes the source line's own failure when the row was read from a text file
 set by `jobs.sources.lines`: `invalid_utf8`, `too_few_fields`, `too_many_fields`,
 `unparsable_<column>`, `invalid_label_<column>`, `duplicate_<key>`), then the table's rules
 (`null_<column>`, `negative_<column>`, `unknown_surface`, `ts_outside_partition`,
-`conversion_without_click`, `duplicate_<key>`). Rejected rows keep their full content as JSON in
-`record` and, where they came from a line, the raw line, its file and its line number, so nothing
-is lost and a fixed source can be replayed. Accepted rows never carry `_line`. Row conservation —
-rows in = accepted + rejected — is checked by the bronze assets after both writes land.
+`conversion_without_click`, `duplicate_<key>`: the key's columns joined by `_`). Rejected rows keep
+their full content as JSON in `record` and, where they came from a line, the raw line, its file and
+its line number, so nothing is lost and a fixed source can be replayed. Accepted rows never carry
+`_line`. Row conservation — rows in = accepted + rejected — is checked by the bronze assets after
+both writes land.
 """
 
 from __future__ import annotations
@@ -33,20 +34,23 @@ class Rules:
 
     not_null: tuple[str, ...]
     non_negative: tuple[str, ...] = ()
-    unique: str | None = None  # rows after the first (in a deterministic order) with this key are rejected
+    unique: tuple[str, ...] = ()  # the key: rows after the first (in a deterministic order) with it are rejected
     checks_surface: bool = False
     checks_partition: bool = False  # `ts` must fall on the partition's day
     checks_funnel: bool = False  # converted implies clicked
 
 
 RULES: dict[str, Rules] = {
-    "bronze.users": Rules(not_null=("user_id",), non_negative=("user_id",), unique="user_id"),
-    "bronze.ads": Rules(not_null=("ad_id",), non_negative=("ad_id", "advertiser_id"), unique="ad_id"),
+    "bronze.users": Rules(not_null=("user_id",), non_negative=("user_id",), unique=("user_id",)),
+    "bronze.ads": Rules(not_null=("ad_id",), non_negative=("ad_id", "advertiser_id"), unique=("ad_id",)),
+    # One action of a user on an item at one time is one event: a repeat (a log written twice) would count twice
+    # in every sequence.
     "bronze.events": Rules(not_null=("user_id", "item_id", "action", "surface", "ts"),
-                           non_negative=("user_id", "item_id"), checks_surface=True, checks_partition=True),
+                           non_negative=("user_id", "item_id"), unique=("user_id", "item_id", "action", "ts"),
+                           checks_surface=True, checks_partition=True),
     "bronze.impressions": Rules(not_null=("impression_id", "user_id", "ad_id", "surface", "ts", "clicked",
                                           "converted"),
-                                non_negative=("user_id", "ad_id"), unique="impression_id", checks_surface=True,
+                                non_negative=("user_id", "ad_id"), unique=("impression_id",), checks_surface=True,
                                 checks_partition=True, checks_funnel=True),
 }
 
@@ -81,9 +85,9 @@ def rejection_reason(df: DataFrame, table: str, surfaces: tuple[str, ...], ds: d
         # (deterministic, so a re-run keeps the same copy).
         order = [F.col(f"{LINE_COLUMN}.file"), F.col(f"{LINE_COLUMN}.number")] if has_line else []
         order.append(F.to_json(F.struct(*[F.col(c) for c in data_columns(df)])))
-        first = Window.partitionBy(F.col(rules.unique), reason.isNull()).orderBy(*order)
+        first = Window.partitionBy(*[F.col(c) for c in rules.unique], reason.isNull()).orderBy(*order)
         repeated = reason.isNull() & (F.row_number().over(first) > 1)
-        reason = F.when(repeated, F.lit(f"duplicate_{rules.unique}")).otherwise(reason)
+        reason = F.when(repeated, F.lit("duplicate_" + "_".join(rules.unique))).otherwise(reason)
     return reason
 
 

@@ -4,10 +4,10 @@ Spark's CSV reader is permissive: a line with a missing field is padded with nul
 field is dropped (the rest shifted into the wrong columns), a value that does not parse (an
 overflowing id, text in a number) silently becomes null, and bytes that are not UTF-8 become
 ids of users and ads that do not exist. Here each file is read as text lines instead
-(`spark.read.text` keeps a line's raw bytes, and its scan partitions keep a file's lines in
-order), its header must be exactly the expected one (another header means the format changed:
-`SourceFormatError`, and nothing lands), and each data line is checked in this order, the first
-failure being its reason:
+(`spark.read.text` keeps a line's raw bytes, ends lines at LF, CR LF or a bare CR, and its scan
+partitions keep a file's lines in order), its header must be exactly the expected one (another
+header means the format changed: `SourceFormatError`, and nothing lands), and each data line is
+checked in this order, the first failure being its reason:
 
 - `invalid_utf8`: the line is not valid UTF-8;
 - `too_few_fields` / `too_many_fields`: fields counted outside double quotes (a truncated line
@@ -48,6 +48,8 @@ from jobs.sources import columnar
 
 LABEL_VALUES = ("0", "1")
 FORMATS = ("text", "parquet", "delta")  # delimited text here; the columnar ones in jobs.sources.columnar
+# A header line is the column names: one longer than this means a file that is not delimited text at all.
+MAX_HEADER_BYTES = 1 << 20
 
 
 class SourceFormatError(ValueError):
@@ -94,53 +96,78 @@ def parsed() -> Column:
     return F.col(f"{LINE_COLUMN}.error").isNull()
 
 
-def check_columns(spark: SparkSession, path: Path, table: TextFile) -> None:
-    """Raise `SourceFormatError` unless the columnar input at `path` exists and has every declared column."""
+def check_columns(spark: SparkSession, path: Path, table: TextFile, quote: bool = True) -> None:
+    """Raise `SourceFormatError` unless the columnar input at `path` exists and has every declared column;
+    the columns it has are listed only when `quote` (the input lies inside the data root)."""
     if not path.exists():
         raise SourceFormatError(f"{path} does not exist; point the mapping's files at an existing {table.format} "
                                 f"{'table' if table.format == 'delta' else 'file or folder'}")
     found = columnar.load(spark, path, table).columns  # the footer or the log only
     missing = [f.name for f in table.fields if f.name not in found]
     if missing:
+        has = f"its columns are {found}" if quote else \
+            f"it has {len(found)} columns (not listed: it lies outside the data root)"
         raise SourceFormatError(f"{path}: the {table.format} input lacks column(s) {missing}: the format changed "
-                                f"and nothing landed; its columns are {found}: map those, or restore these")
+                                f"and nothing landed; {has}: map those, or restore these")
 
 
-def check_header(path: Path, text_file: TextFile) -> None:
-    """Raise `SourceFormatError` unless the first line of `path` is `text_file.header` exactly."""
+def check_header(path: Path, text_file: TextFile, quote: bool = True) -> None:
+    """Raise `SourceFormatError` unless the first line of `path` is `text_file.header` exactly; the line
+    found is quoted only when `quote` (the file lies inside the data root: `/etc/passwd` is not quoted)."""
     if text_file.header is None:
         return
-    with path.open("rb") as fh:
-        first = fh.readline().rstrip(b"\r\n").decode("utf-8", errors="replace").removeprefix("\ufeff")
-    found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
+    first = _first_line(path).decode("utf-8", errors="replace").removeprefix("\ufeff")
+    try:
+        found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
+    except csv.Error as e:  # e.g. a field over the csv module's limit: no header of this layout
+        raise SourceFormatError(f"{path}: line 1, the header, is not a delimited line ({e}); the file's format "
+                                "changed and nothing was landed; restore the file") from None
     if found != text_file.header:
         missing = [c for c in text_file.header if c not in found]
         unexpected = [c for c in found if c not in text_file.header]
+        seen = f"{list(found)} (missing {missing}, unexpected {unexpected})" if quote else \
+            f"(not quoted: the file lies outside the data root; missing {missing})"
         raise SourceFormatError(
             f"{path}: the header is not the one this adapter reads, so the file's format changed and nothing was "
             f"landed; expected {len(text_file.header)} columns {list(text_file.header)}, found {len(found)} "
-            f"{list(found)} (missing {missing}, unexpected {unexpected}); update the adapter's layout in "
-            f"jobs/sources/ for the new format, or restore the file"
+            f"{seen}; update the adapter's layout in jobs/sources/ for the new format, or restore the file"
         )
 
 
-def read_text_files(spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile]) -> DataFrame:
+def _first_line(path: Path) -> bytes:
+    """The first line of `path`, ended as Spark's text reader ends lines (at LF, CR LF or a bare CR, as old
+    Mac files end them), so the header checked is the very line Spark skips."""
+    with path.open("rb") as fh:
+        head = fh.read(MAX_HEADER_BYTES + 1)
+    end = re.search(rb"[\r\n]", head)
+    if end is None and len(head) > MAX_HEADER_BYTES:
+        raise SourceFormatError(f"{path}: line 1, the header, runs past {MAX_HEADER_BYTES} bytes without a line "
+                                "end; this is no delimited text file: point at the right file")
+    return head if end is None else head[: end.start()]
+
+
+def read_text_files(spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile],
+                    root: Path | None = None) -> DataFrame:
     """Every data line of `files` (in that order) under `folder`, strictly parsed (module docstring).
 
     Columns: each file's fields (united by name; a column a file lacks is null), `_file` (place in
     `files`), `_row` (0-based data line in its file), `impression_id` = `<source>-<file stem>-<_row>`
-    and `_line`. A file's header is checked before anything is read. Files of one layout are
-    parsed together, so a plan holds one parse per layout, not per file.
+    and `_line`. A file's header is checked before anything is read, and quoted in the error only
+    when the file lies inside the data `root` (None: `folder`) once its links are followed. Files of
+    one layout are parsed together, so a plan holds one parse per layout, not per file.
 
     The parse is persisted (memory, spilling to disk) for the Spark application's life, keyed by the
     files' size, modification time and inode: every landing of a run (users, ads, each day's events
     and impressions) reads the same lines, and parsing them each time cost several seconds a use.
     """
+    inside = (root or folder).resolve()
     for text_file in files:
+        path = folder / text_file.name
+        quote = path.resolve().is_relative_to(inside)
         if text_file.format == "text":
-            check_header(folder / text_file.name, text_file)
+            check_header(path, text_file, quote)
         else:
-            check_columns(spark, folder / text_file.name, text_file)
+            check_columns(spark, path, text_file, quote)
     key = _ParseKey(spark.sparkContext.applicationId, str(folder), source, tuple(files),
                     tuple(_stamp(folder / f.name) for f in files))
     if key not in _PARSED:

@@ -1,9 +1,11 @@
 """A `jobs.sources.Source` defined by a source mapping (`jobs.sources.mapping`), no Python needed.
 
 `data.source = "mapping"` reads the mapping at `data.mapping` (or $GEM_SOURCE_MAPPING), its files found
-relative to the mapping file; a built-in source whose format a mapping can express is a mapping under
-`jobs/sources/mappings/` (Ali-CCP, AliExpress, Frappe, MovieLens), its files relative to the datasets
-folder. The files are read strictly (`jobs.sources.lines`, `jobs.sources.columnar`), laid out on the
+under the mapping file's folder; a built-in source whose format a mapping can express is a mapping under
+`jobs/sources/mappings/` (Ali-CCP, AliExpress, Frappe, MovieLens), its files under the datasets folder.
+That folder is the mapping's data root: a path leading out of it is refused unless
+`data.allow_outside_data_root` (`jobs.sources.mapping.data_folder`), and no error quotes a file outside
+it. The files are read strictly (`jobs.sources.lines`, `jobs.sources.columnar`), laid out on the
 calendar like every real dataset's (`jobs.sources.timeline`); the behaviour events are the clicks,
 every row, or the lines of a file of their own laid out with the impressions by time (`events`).
 """
@@ -20,30 +22,35 @@ from pyspark.sql import functions as F
 from gem_model.config import ConfigError, GemConfig
 from jobs import table_contract as contract
 from jobs.features.quarantine import LINE_COLUMN
+from jobs.sources import data_dir
 from jobs.sources.lines import TextFile, parsed, read_text_files
-from jobs.sources.mapping import Dimension, Events, Label, SourceMapping, Surface, load_mapping
+from jobs.sources.mapping import Dimension, Events, Label, SourceMapping, Surface, data_folder, load_mapping
 from jobs.sources.timeline import click_events, derived_id, spread_over_days
 
 BUILT_IN = Path(__file__).with_name("mappings")
 INTEGRAL = ("int", "bigint")
 
 
-def mapping_of(cfg: GemConfig) -> tuple[SourceMapping, Path | None]:
-    """The source's mapping, and the folder its relative paths start from (None: the datasets folder)."""
+def mapping_of(cfg: GemConfig, datasets: Path | None) -> tuple[SourceMapping, Path, Path]:
+    """The source's mapping, its data root (the user's mapping file's folder, else the datasets folder:
+    `datasets`, or `jobs.sources.data_dir`) and its files' folder, every path the mapping names checked to
+    lie in that root."""
     if cfg.data.source != "mapping":
-        return load_mapping(BUILT_IN / f"{cfg.data.source}.yaml"), None
-    if not cfg.data.mapping:
+        path, root = BUILT_IN / f"{cfg.data.source}.yaml", datasets or data_dir(cfg)
+    elif not cfg.data.mapping:
         raise ConfigError("data.source='mapping' needs the mapping file: set data.mapping or GEM_SOURCE_MAPPING "
                           "(docs/datasets.md has a complete example)")
-    path = Path(cfg.data.mapping).expanduser().resolve()
-    return load_mapping(path), path.parent
+    else:
+        path = Path(cfg.data.mapping).expanduser().resolve()
+        root = path.parent
+    mapping = load_mapping(path)
+    return mapping, root.resolve(), data_folder(mapping, path, root, cfg.data.allow_outside_data_root)
 
 
 class Source:
     def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path | None) -> None:
         self.spark, self.world = spark, cfg.world
-        self.mapping, base = mapping_of(cfg)
-        self.folder = (base or root or Path()) / self.mapping.folder
+        self.mapping, self.root, self.folder = mapping_of(cfg, root)
         surfaces = [self.mapping.surface.constant] if self.mapping.surface.constant else \
             [s for _, s in self.mapping.surface.values]
         unknown = sorted(set(surfaces) - set(cfg.world.surfaces))
@@ -53,7 +60,7 @@ class Source:
 
     @cached_property
     def _rows(self) -> DataFrame:
-        return read_text_files(self.spark, self.folder, self.mapping.name, self.mapping.text_files)
+        return read_text_files(self.spark, self.folder, self.mapping.name, self.mapping.text_files, self.root)
 
     @cached_property
     def _laid_out(self) -> DataFrame:
@@ -75,7 +82,7 @@ class Source:
         """Impressions (struct `_imp`) and the events' own file's lines (struct `_evt`) laid out together in
         time order (ties: impressions first, then file order), so both keep their real order on one calendar."""
         m, events = self.mapping, self.mapping.events
-        event_rows = read_text_files(self.spark, self.folder, m.name, [events.file])
+        event_rows = read_text_files(self.spark, self.folder, m.name, [events.file], self.root)
         imps = self._rows.select(F.struct("*").alias("_imp"), F.col(m.order_by).alias("_t"), F.lit(0).alias("_kind"),
                                  "_file", "_row")
         evts = event_rows.select(F.struct("*").alias("_evt"), F.col(events.order_by).alias("_t"),
@@ -136,7 +143,7 @@ class Source:
         attributes, features = dimension.attributes, dimension.features
         types = {c.name: c.type for c in contract_columns}
         if dimension.file is not None:  # one row per line of its own file, bad lines to the quarantine
-            rows = read_text_files(self.spark, self.folder, self.mapping.name, [dimension.file])
+            rows = read_text_files(self.spark, self.folder, self.mapping.name, [dimension.file], self.root)
             attribute_columns = [(F.col(c) if c else F.lit(None)).cast(types[a]).alias(a) for a, c in attributes]
             return rows.select(_id(dimension.file, dimension.id).alias(key), *attribute_columns, *features,
                                LINE_COLUMN)

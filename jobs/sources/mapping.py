@@ -3,7 +3,7 @@ onto the bronze tables.
 
     name: my_logs                       # [a-z0-9_]+: impression ids <name>-<file stem>-<row>
     impressions:
-      folder: logs                      # relative to data.data_dir (or absolute)
+      folder: logs                      # under the data root: the mapping file's folder (see below)
       files: [train.csv, test.csv]      # read in this order: a later file takes the later days
       holdout_files: [test.csv]         # optional: exactly these files' rows fill the holdout days
       format: text                      # or parquet (files or folders), delta (tables; `version: N` pins one)
@@ -24,22 +24,29 @@ onto the bronze tables.
     ads: {attributes: {advertiser_id: null, category: null, ad_format: null, objective: null}, features: []}
     events: {rows: clicks, action: click}   # or rows: all; or {file: views.csv, user:, item:, order_by:, ...}
 
-Label values are matched as written in the file; a value in neither set is an `invalid_label_<column>`
-row in the quarantine. Every problem is a `MappingError` naming the file, the key, what is wrong and
-the fix. docs/datasets.md documents every key with a complete example.
+Label values and surface codes are matched as written in the file; a value in neither set is an
+`invalid_label_<column>` row in the quarantine. The file is read strictly (`gem_model.documents`: UTF-8,
+at most 1 MiB and 50 levels, no anchors, aliases or repeated keys; `yes`, `no`, `07` stay text), and a
+boolean or a number with a fraction where a label value or code belongs is refused: quote it.
+
+Data paths: `impressions.folder`, and every file under it (`files`, `events.file`, `users.file`,
+`ads.file`), are relative to the data root (the mapping file's own folder for a user's mapping, the
+datasets folder for a built-in one) and, once resolved (`..` and symlinks followed), must lie inside it
+unless the config allows otherwise (`data.allow_outside_data_root`): `data_folder`.
+
+Every problem is a `MappingError` naming the file, the key, what is wrong and the fix.
+docs/datasets.md documents every key with a complete example.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gem_model.documents import DocumentError, load_json, load_yaml, read_document
 from jobs import table_contract as contract
 from jobs.sources.lines import FORMATS, Field, TextFile
 
@@ -135,7 +142,7 @@ class _Reader:
 
     def table(self, node: Any, key: str) -> dict[str, Any]:
         if not isinstance(node, dict):
-            raise self.fail(key, f"expected a mapping of keys, found {node!r}", "write it as `key: value` lines")
+            raise self.fail(key, f"expected a mapping of keys, found {_show(node)}", "write it as `key: value` lines")
         return node
 
     def required(self, node: dict[str, Any], key: str, where: str) -> Any:
@@ -152,34 +159,58 @@ class _Reader:
     def strings(self, node: Any, key: str) -> tuple[str, ...]:
         if node is None:
             return ()
-        if not isinstance(node, list) or not all(isinstance(v, (str, int)) for v in node):
-            raise self.fail(key, f"expected a list of names or values, found {node!r}", "write it as [a, b, c]")
-        return tuple(str(v) for v in node)
+        if not isinstance(node, list):
+            raise self.fail(key, f"expected a list of names or values, found {_show(node)}", "write it as [a, b, c]")
+        return tuple(self.text(v, f"{key}[{i}]") for i, v in enumerate(node))
+
+    def text(self, node: Any, key: str) -> str:
+        """A name, or a value compared with the data's text (a label value, a code): a string, or an integer,
+        whose digits are its text as written (`gem_model.documents` reads `07` as the string '07')."""
+        if isinstance(node, str):
+            return node
+        if isinstance(node, int) and not isinstance(node, bool):
+            return str(node)
+        raise self.fail(key, f"{_show(node)} is {_kind(node)}, not text as the file writes it",
+                        'quote it as the file writes it, e.g. "true" or "1.0"')
 
     def column(self, node: Any, key: str, columns: dict[str, str], table: str = "impressions") -> str:
         if not isinstance(node, str) or node not in columns:
-            raise self.fail(key, f"names column {node!r}, which `{table}.columns` does not have",
+            raise self.fail(key, f"names column {_show(node)}, which `{table}.columns` does not have",
                             f"use one of {list(columns)}")
         return node
+
+
+def _show(value: Any) -> str:
+    """`value` for an error message, cut short: a mapping's value may be long."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(value: Any) -> str:
+    for types, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number with a fraction"),
+                        (str, "a string"), (list, "a list"), (dict, "a mapping of keys"), (type(None), "null")):
+        if isinstance(value, types):
+            return name
+    return f"a {type(value).__name__}"
 
 
 def load_mapping(path: Path) -> SourceMapping:
     """Read and check a mapping file (.yaml, .yml or .json)."""
     reader = _Reader(path)
     try:
-        text = path.read_text()
+        text = read_document(path)
+        root = load_json(text) if path.suffix == ".json" else load_yaml(text)
     except OSError as e:
         raise MappingError(f"{path}: cannot be read ({e.strerror}); point GEM_SOURCE_MAPPING or "
                            "data.mapping at an existing mapping file") from None
-    try:
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise MappingError(f"{path}: is not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({e}); "
-                           "fix the syntax at the position given") from None
-    root = reader.table(raw, "(top level)")
+    except DocumentError as e:
+        raise MappingError(f"{path}: {e}") from None
+    if not isinstance(root, dict):  # its kind only: the path may name a file that is no mapping at all
+        raise reader.fail("(top level)", f"is {_kind(root)}, not a mapping of keys",
+                          "write the mapping's keys as `key: value` lines (docs/datasets.md)")
     reader.unknown(root, ("name", "impressions", "user_id", "ad_id", "surface", "clicked", "converted", "features",
                           "users", "ads", "events"), "")
-    name = str(reader.required(root, "name", ""))
+    name = reader.text(reader.required(root, "name", ""), "name")
     if not NAME.fullmatch(name):
         raise reader.fail("name", f"{name!r} is not made of a-z, 0-9 and _", "rename it, e.g. my_logs")
     imps = reader.table(reader.required(root, "impressions", ""), "impressions")
@@ -206,7 +237,7 @@ def load_mapping(path: Path) -> SourceMapping:
     features = _features(reader, root.get("features"), columns)
     surface = _surface(reader, reader.required(root, "surface", ""), columns)
     return SourceMapping(
-        name=name, folder=str(imps.get("folder", "")), layout=layout, files=files,
+        name=name, folder=reader.text(imps.get("folder", ""), "impressions.folder"), layout=layout, files=files,
         holdout_files=holdout_files, order_by=order_by,
         user_id=_id_columns(reader, reader.required(root, "user_id", ""), "user_id", columns),
         ad_id=_id_columns(reader, reader.required(root, "ad_id", ""), "ad_id", columns),
@@ -247,9 +278,10 @@ def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str
                           'use e.g. "," or "\\t" or "|"')
     header = node.get("header", True)
     if isinstance(header, list):  # the file's own names, mapped in order onto `columns`
-        if len(header) != len(columns) or not all(isinstance(h, str) for h in header):
-            raise reader.fail(f"{where}header", f"{header!r} does not name each of the {len(columns)} columns once",
-                              "list the header line's names in file order, one per entry of `columns`")
+        header = [reader.text(h, f"{where}header[{i}]") for i, h in enumerate(header)]
+        if len(header) != len(columns):
+            raise reader.fail(f"{where}header", f"{_show(header)} does not name each of the {len(columns)} columns "
+                              "once", "list the header line's names in file order, one per entry of `columns`")
     elif not isinstance(header, bool):
         raise reader.fail(f"{where}header", f"expected true, false or a list of names, found {header!r}",
                           "true when the first line names the columns; a list when it names them otherwise")
@@ -315,7 +347,9 @@ def _surface(reader: _Reader, node: Any, columns: dict[str, str], key: str = "su
     reader.unknown(table, ("column", "values"), f"{key}.")
     column = reader.column(reader.required(table, "column", f"{key}."), f"{key}.column", columns, table_name)
     values = reader.table(reader.required(table, "values", f"{key}."), f"{key}.values")
-    return Surface(column=column, values=tuple((str(code), str(surface)) for code, surface in values.items()))
+    return Surface(column=column, values=tuple((reader.text(code, f"{key}.values"),
+                                                reader.text(surface, f"{key}.values.{code}"))
+                                               for code, surface in values.items()))
 
 
 def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...], columns: dict[str, str]) -> Dimension:
@@ -325,7 +359,8 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
     source = key if file is not None else "impressions"  # whose columns the keys below name
     if file is not None:  # its own file: every column named from that file's columns
         columns = _columns(reader, reader.required(table, "columns", f"{key}."), f"{key}.columns")
-        layout = dataclasses.replace(_layout(reader, table, f"{key}.", columns, []), name=str(file))
+        layout = dataclasses.replace(_layout(reader, table, f"{key}.", columns, []),
+                                     name=reader.text(file, f"{key}.file"))
         id_column = reader.column(reader.required(table, "id", f"{key}."), f"{key}.id", columns, source)
     else:
         for k in ("id", *LAYOUT_KEYS):
@@ -360,7 +395,7 @@ def _action(reader: _Reader, table: dict[str, Any], columns: dict[str, str],
     """(a constant action, or None; the column holding each event's action, or None)."""
     action = table.get("action", "click")
     if not isinstance(action, dict):
-        return str(action), None
+        return reader.text(action, "events.action"), None
     reader.unknown(action, ("column",), "events.action.")
     return None, reader.column(reader.required(action, "column", "events.action."), "events.action.column", columns,
                                source)
@@ -375,7 +410,8 @@ def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, s
                           "give impressions.order_by (a time column) and drop impressions.holdout_files: events "
                           "and impressions share one calendar laid out by time")
     columns = _columns(reader, reader.required(table, "columns", "events."), "events.columns")
-    layout = dataclasses.replace(_layout(reader, table, "events.", columns, []), name=str(table["file"]))
+    layout = dataclasses.replace(_layout(reader, table, "events.", columns, []),
+                                 name=reader.text(table["file"], "events.file"))
     user, item, order_by = (reader.column(reader.required(table, k, "events."), f"events.{k}", columns, "events")
                             for k in ("user", "item", "order_by"))
     if columns[order_by] != imp_columns[imp_order_by]:
@@ -388,3 +424,31 @@ def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, s
     surface = None if table.get("surface") is None else \
         _surface(reader, table["surface"], columns, "events.surface", "events")
     return Events("file", *_action(reader, table, columns, "events"), layout, user, item, order_by, surface)
+
+
+def data_folder(mapping: SourceMapping, source: Path, root: Path, allow_outside: bool = False) -> Path:
+    """The folder of `mapping`'s files: `impressions.folder` under the data `root`.
+
+    It and every file the mapping names must lie inside `root` once resolved (`..` and symlinks
+    followed), or a `MappingError` (naming `source`, the mapping's file, and the key) says so, unless
+    `allow_outside` (`data.allow_outside_data_root`): a mapping may come from anyone, and must not make
+    the pipeline read `/etc/passwd` into the quarantine's raw lines.
+    """
+    root = root.resolve()
+    folder = root / mapping.folder
+    if allow_outside:
+        return folder
+    named = [("impressions.folder", Path(mapping.folder))]
+    named += [(f"impressions.files[{i}]", Path(mapping.folder, f)) for i, f in enumerate(mapping.files)]
+    for key, own in (("users.file", mapping.users.file), ("ads.file", mapping.ads.file),
+                     ("events.file", mapping.events.file)):
+        if own is not None:
+            named.append((key, Path(mapping.folder, own.name)))
+    for key, written in named:  # relative to the root, or absolute
+        resolved = (root / written).resolve()
+        if not resolved.is_relative_to(root):
+            raise _Reader(source).fail(
+                key, f"{_show(str(written))} is {resolved}, outside the data root {root}",
+                "keep the data (and what its links point to) under the data root, or set "
+                "data.allow_outside_data_root: true in the config to read it where it is")
+    return folder

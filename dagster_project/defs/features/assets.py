@@ -5,6 +5,10 @@ and ads are dimension tables (replaced whole); events, impressions, sequences an
 examples are daily partitions, each replaced atomically by its run. Sequences look back
 `FeatureSpec.lookback_days` days, so they depend on that window of events.
 
+A silver or gold step first checks that every input partition it reads was landed (or built) and
+finished, before Spark starts: a missing day fails the step, naming it and the job that builds it,
+instead of writing an empty or incomplete partition; the inputs' landed rows are in the metadata.
+
 Quality checks run inside each asset on the data it has just written, so every partition is
 checked when it is materialised: row conservation on bronze, point-in-time correctness and the
 sequence-length distribution on gold, label and null rates on the training examples.
@@ -55,6 +59,15 @@ def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: Spark
         **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
         **table_metadata(lake, "bronze.rejected_rows", landing.rejected)}))
     return _landing_result(lake, table, landing)
+
+
+def _silver(spark: SparkResource, lake: LakeResource, table: str) -> dg.MaterializeResult:
+    from jobs.features.build import build_silver, require_inputs
+
+    inputs = require_inputs(lake.config, lake.paths, table)  # before Spark starts
+    rows = build_silver(spark.session(), lake.config, lake.paths, table)
+    return dg.MaterializeResult(metadata={**table_metadata(lake, table, rows),
+                                          "input_rows": dg.MetadataValue.json(inputs)})
 
 
 def _conservation(table: str, landing: "Landing") -> dg.AssetCheckResult:
@@ -157,20 +170,12 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     @dg.asset(key=key("silver.user_features"), group_name=GROUP, deps=[key("bronze.users")], kinds={"spark", "delta"})
     def silver_user_features(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable user attributes with their embedding rows (`<feature>_idx`)."""
-        from jobs.features.build import build_silver
-
-        s = spark.session()
-        rows = build_silver(s, lake.config, lake.paths, "silver.user_features")
-        return dg.MaterializeResult(metadata=table_metadata(lake, "silver.user_features", rows))
+        return _silver(spark, lake, "silver.user_features")
 
     @dg.asset(key=key("silver.ad_features"), group_name=GROUP, deps=[key("bronze.ads")], kinds={"spark", "delta"})
     def silver_ad_features(spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
         """Observable ad attributes with their embedding rows (`<feature>_idx`)."""
-        from jobs.features.build import build_silver
-
-        s = spark.session()
-        rows = build_silver(s, lake.config, lake.paths, "silver.ad_features")
-        return dg.MaterializeResult(metadata=table_metadata(lake, "silver.ad_features", rows))
+        return _silver(spark, lake, "silver.ad_features")
 
     @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
               deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
@@ -180,13 +185,16 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
                        lake: LakeResource) -> dg.MaterializeResult:
         """Each active user's behaviour sequence as of the end of the day, most recent first."""
-        from jobs.features.build import build_user_sequences
+        from jobs.features.build import build_user_sequences, require_inputs
         from jobs.lake import read_table
 
-        s, ds, spec = spark.session(), partition_date(context), lake.config.features
+        ds, spec = partition_date(context), lake.config.features
+        inputs = require_inputs(lake.config, lake.paths, "gold.user_sequences", ds)  # before Spark starts
+        s = spark.session()
         rows = build_user_sequences(s, lake.config, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.user_sequences")), ds)
-        return dg.MaterializeResult(metadata=table_metadata(lake, "gold.user_sequences", rows),
+        return dg.MaterializeResult(metadata={**table_metadata(lake, "gold.user_sequences", rows),
+                                              "input_rows": dg.MetadataValue.json(inputs)},
                                     check_results=[_sequence_check("gold.user_sequences", written,
                                                                    spec.max_seq_len, None)])
 
@@ -204,16 +212,19 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,
                           lake: LakeResource) -> dg.MaterializeResult:
         """Impressions of the day with user/ad features and the sequence strictly before each one."""
-        from jobs.features.build import build_training_examples
+        from jobs.features.build import build_training_examples, require_inputs
         from jobs.lake import read_table
 
-        s, ds, cfg = spark.session(), partition_date(context), lake.config
+        ds, cfg = partition_date(context), lake.config
+        inputs = require_inputs(cfg, lake.paths, "gold.training_examples", ds)  # before Spark starts
+        s = spark.session()
         rows = build_training_examples(s, cfg, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.training_examples")), ds).cache()
         checks = [_sequence_check("gold.training_examples", written, cfg.features.max_seq_len, "ts"),
                   _label_check(written, cfg)]
         written.unpersist()
-        return dg.MaterializeResult(metadata=table_metadata(lake, "gold.training_examples", rows),
+        return dg.MaterializeResult(metadata={**table_metadata(lake, "gold.training_examples", rows),
+                                              "input_rows": dg.MetadataValue.json(inputs)},
                                     check_results=checks)
 
     rejected_rows = dg.AssetSpec(
