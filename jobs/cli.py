@@ -84,7 +84,7 @@ def _sql_limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SQ
             if value is not None:
                 SQLLimits(**{name: value})
         except ValueError as error:
-            parser.error(f"gem sql: {option} {value}: {error}")
+            parser.error(f"argument {option}: {value}: {error}")
     return SQLLimits(**{name: value for name, (_, value) in given.items() if value is not None})
 
 
@@ -93,7 +93,7 @@ def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, s
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip().isidentifier():
-            parser.error(f"gem sql: --var {pair!r} must be NAME=VALUE, e.g. --var for_user_id=42")
+            parser.error(f"argument --var: {pair!r} must be NAME=VALUE, e.g. --var for_user_id=42")
         variables[name.strip()] = value
     return variables
 
@@ -288,11 +288,11 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"gem demo: {error}") from None
     elif args.command == "sql":
         if (args.file is None) == (args.execute is None):
-            parser.error("gem sql: give exactly one of FILE or -e QUERY")
+            sql.error("give exactly one of FILE or -e QUERY")
         if args.limit < 0:
-            parser.error(f"gem sql: --limit {args.limit} must be 0 or more (--all prints every row)")
+            sql.error(f"argument --limit: {args.limit} must be 0 or more (--all prints every row)")
         run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format,
-                None if args.all else args.limit, _variables(args.var, parser), _sql_limits(args, parser))
+                None if args.all else args.limit, _variables(args.var, sql), _sql_limits(args, sql))
     elif args.command == "export":
         try:
             cfg = GemConfig.from_env()

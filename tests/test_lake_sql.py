@@ -487,4 +487,5 @@ def test_gem_sql_prints_the_first_rows_by_default_and_every_row_on_request(lake,
     assert "not allowed with argument --limit" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["sql", "-e", "SELECT 1", "--memory-limit", "lots"])
-    assert "gem sql: --memory-limit lots: memory_limit='lots' must be a size with a unit" in capsys.readouterr().err
+    assert ("gem sql: error: argument --memory-limit: lots: memory_limit='lots' must be a size with a unit"
+            in capsys.readouterr().err)
