@@ -3,8 +3,11 @@
     gem demo [--verbose]              materialise the whole asset graph and print a summary
     gem sql FILE | -e QUERY           read-only SQL (DuckDB) over the lake: tables as <layer>.<table>,
           [--format table|json|csv]   plus meta.models and meta.table_history; one query, after the
-          [--limit N]                 SET VARIABLE defaults it declares; --var overrides one of them
-          [--var NAME=VALUE ...]      (docs/SQL.md), e.g. --var for_user_id=42
+          [--var NAME=VALUE ...]      SET VARIABLE defaults it declares; --var overrides one of them
+          [--limit N | --all]         (docs/SQL.md), e.g. --var for_user_id=42. Rows stream out, the
+          [--timeout SECONDS]         first 1000 unless --limit N or --all; a statement is stopped
+          [--memory-limit SIZE]       past its time limit (default 300 s) and spills to disk beyond
+          [--max-temp-size SIZE]      its memory limit (4GB), up to a spill limit (16GB)
     gem neighbors --user-id N [--k 10] [--model-version V] [--ds D]
                                       nearest ads to a user from the FAISS ads index of a day
     gem promote VERSION               point models/LATEST at VERSION if the promotion rule accepts it;
@@ -21,8 +24,6 @@ before anything starts (Spark, torchrun, a Dagster run); a bad one is one line n
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from typing import NoReturn
 
 from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
+from jobs.sql_limits import SQLLimits
+from jobs.sql_output import FORMATS, ROW_CAP, write_rows
 
 # A screenful of neighbours is what the command is for; FAISS's GPU search caps k at 2,048.
 MAX_NEIGHBORS = 1000
@@ -39,36 +42,50 @@ MAX_ID = 2**63 - 1  # ids are int64 in the lake
 
 
 def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
-    if fmt == "json":
-        for row in rows:
-            print(json.dumps(dict(zip(columns, row)), default=str))
-    elif fmt == "csv":
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows(rows)
-    else:
-        cells = [[str(c) for c in columns]] + [["NULL" if v is None else str(v) for v in row] for row in rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-        for n, row in enumerate(cells):
-            print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-            if n == 0:
-                print("  ".join("-" * w for w in widths))
-        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    write_rows(sys.stdout, columns, rows, fmt)
 
 
-def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None) -> None:
+def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None,
+            limits: SQLLimits | None = None) -> None:
+    """Stream the rows of `query` to stdout as DuckDB produces them: at most `limit` (None: every row),
+    each statement under `limits` (default `SQLLimits()`)."""
+    import os
+    import warnings
+
     import duckdb
 
     from jobs.lake_sql import LakeSQL, LakeSQLError
 
     try:
-        with LakeSQL(GemPaths.from_env()) as sql:
-            relation = sql.query(query, variables)
-            if limit is not None:
-                relation = relation.limit(limit)
-            _print_rows(relation.columns, [list(r) for r in relation.fetchall()], fmt)
+        with warnings.catch_warnings(record=True) as skipped:
+            warnings.simplefilter("always")
+            sql = LakeSQL(GemPaths.from_env(), limits)
+        for warning in skipped:  # an unreadable table, a corrupt commit: on stderr, the rest still queries
+            print(f"gem sql: warning: {warning.message}", file=sys.stderr)
+        with sql:
+            result = sql.query(query, variables)
+            batches = result.batches(limit=None if limit is None else limit + 1)  # one more: are there more?
+            shown, more = write_rows(sys.stdout, result.columns, (row for b in batches for row in b), fmt, limit)
+            sys.stdout.flush()
+        if more and fmt != "table":  # stdout holds only the rows
+            print(f"gem sql: {shown} rows shown; more exist: --limit N shows N, --all every row", file=sys.stderr)
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as other Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
     except (LakeSQLError, duckdb.Error) as error:
         raise SystemExit(f"gem sql: {str(error).strip()}") from error
+
+
+def _sql_limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SQLLimits:
+    """`SQLLimits` from the options given; an option left out keeps the default `SQLLimits` defines."""
+    given = {"timeout_s": ("--timeout", args.timeout), "memory_limit": ("--memory-limit", args.memory_limit),
+             "max_temp_directory_size": ("--max-temp-size", args.max_temp_size)}
+    for name, (option, value) in given.items():
+        try:
+            if value is not None:
+                SQLLimits(**{name: value})
+        except ValueError as error:
+            parser.error(f"argument {option}: {value}: {error}")
+    return SQLLimits(**{name: value for name, (_, value) in given.items() if value is not None})
 
 
 def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -76,7 +93,7 @@ def _variables(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, s
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip().isidentifier():
-            parser.error(f"gem sql: --var {pair!r} must be NAME=VALUE, e.g. --var for_user_id=42")
+            parser.error(f"argument --var: {pair!r} must be NAME=VALUE, e.g. --var for_user_id=42")
         variables[name.strip()] = value
     return variables
 
@@ -230,10 +247,19 @@ def main(argv: list[str] | None = None) -> None:
     sql = sub.add_parser("sql", help="run a read-only query (DuckDB SQL) over the lake")
     sql.add_argument("file", nargs="?", type=Path, help="a .sql file (e.g. sql/row_counts.sql)")
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
-    sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    sql.add_argument("--limit", type=int, default=None)
+    sql.add_argument("--format", choices=FORMATS, default="table")
+    rows = sql.add_mutually_exclusive_group()
+    rows.add_argument("--limit", type=int, default=ROW_CAP, metavar="N",
+                      help=f"print at most N rows (default {ROW_CAP}); the output says when more exist")
+    rows.add_argument("--all", action="store_true", help="print every row, streamed as they come")
     sql.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
                      help="set a variable the file declares (repeatable), e.g. --var for_user_id=42")
+    sql.add_argument("--timeout", type=float, metavar="SECONDS", help="stop a statement past SECONDS, "
+                     f"its rows' output included (default {SQLLimits.timeout_s:g})")
+    sql.add_argument("--memory-limit", metavar="SIZE", help=f"DuckDB's memory, e.g. 2GB (default "
+                     f"{SQLLimits.memory_limit}); beyond it a query spills to disk under $TMPDIR")
+    sql.add_argument("--max-temp-size", metavar="SIZE", help="most a query may spill, e.g. 50GB (default "
+                     f"{SQLLimits.max_temp_directory_size})")
     nb = sub.add_parser("neighbors", help="nearest ads to a user from the FAISS index")
     nb.add_argument("--user-id", type=_int_from(0, MAX_ID), required=True)
     nb.add_argument("--k", type=_int_from(1, MAX_NEIGHBORS), default=10, help=f"1 to {MAX_NEIGHBORS} (default 10)")
@@ -262,11 +288,11 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"gem demo: {error}") from None
     elif args.command == "sql":
         if (args.file is None) == (args.execute is None):
-            parser.error("gem sql: give exactly one of FILE or -e QUERY")
-        if args.limit is not None and args.limit < 0:
-            parser.error(f"gem sql: --limit {args.limit} must be 0 or more")
-        run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format, args.limit,
-                _variables(args.var, parser))
+            sql.error("give exactly one of FILE or -e QUERY")
+        if args.limit < 0:
+            sql.error(f"argument --limit: {args.limit} must be 0 or more (--all prints every row)")
+        run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format,
+                None if args.all else args.limit, _variables(args.var, sql), _sql_limits(args, sql))
     elif args.command == "export":
         try:
             cfg = GemConfig.from_env()

@@ -1,14 +1,22 @@
-"""`jobs.lake_sql`: SQL over the lake is read-only by construction.
+"""`jobs.lake_sql`: SQL over the lake is read-only by construction, and bounded.
 
-Every attack class of issue 12 is run against a small Spark-written lake, and each must fail with a
-clear error AND leave the data as it was: the sha256 of every file under GEM_HOME (lake and models)
-and of a folder outside it, and every Delta table's version and history length, are compared before
-and after. The statement filter is tested through `LakeSQL.query`; the engine's own locks are
-tested underneath it, on the session's connection, so that neither layer is the only one.
+Every attack class is run against a small Spark-written lake, and each must fail with a clear error
+AND leave the data as it was: the sha256 of every file under GEM_HOME (lake and models) and of a
+folder outside it, and every Delta table's version and history length, are compared before and
+after. The statement filter is tested through `LakeSQL.query`; the engine's own locks are tested
+underneath it, on the session's connection, so that neither layer is the only one. The queries that
+would exhaust the machine (a cross join, a recursive CTE without end, a sort that spills) are run
+under small limits, in a `gem sql` subprocess where its peak memory or a SIGKILL matters.
 """
 
 import hashlib
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -20,7 +28,8 @@ from deltalake import DeltaTable
 
 from gem_model.paths import GemPaths
 from jobs.lake import existing_tables
-from jobs.lake_sql import LakeSQL, LakeSQLError, parse_sql, referenced_tables
+from jobs.lake_sql import LakeSQL, LakeSQLError, LakeSQLLimitError, parse_sql, referenced_tables
+from jobs.sql_limits import SQLLimits
 
 pytestmark = pytest.mark.spark
 D1, D2 = date(2026, 11, 1), date(2026, 11, 2)
@@ -124,6 +133,7 @@ def test_a_variable_value_is_data_never_sql(lake, outside, sql):
 REFUSED = r"is refused \({kind}, not a query\): SQL over the lake is read-only"
 NOT_DUCKDB = r"not DuckDB SQL: Parser Error"
 NO_FILES = r"file system operations are disabled by configuration"
+CTE_WRITES = r"is refused: its CTE `{cte}` writes \({kind}\)"
 # (id, SQL with {lake} / {outside} placeholders, what the error says)
 ATTACKS = [
     ("insert", "INSERT INTO gold.training_examples SELECT * FROM gold.training_examples",
@@ -189,6 +199,32 @@ ATTACKS = [
     ("java-method", "SELECT java_method('java.lang.System', 'exit', 1)", r"with name java_method does not exist"),
     ("execute-immediate", "EXECUTE IMMEDIATE 'DELETE FROM gold.training_examples'", NOT_DUCKDB),
     ("spark-variable", "DECLARE OR REPLACE VARIABLE x INT DEFAULT 1; SELECT x", NOT_DUCKDB),
+    # data-modifying CTEs: typed SELECT by the parser, refused by their parse tree at any depth
+    ("cte-delete", "WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT count(*) FROM d",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-update", "WITH u AS (UPDATE gold.training_examples SET clicked = NOT clicked RETURNING *) SELECT * FROM u",
+     CTE_WRITES.format(cte="u", kind="UPDATE")),
+    ("cte-insert", "WITH i AS (INSERT INTO gold.training_examples SELECT * FROM gold.training_examples "
+                   "RETURNING *) SELECT * FROM i", CTE_WRITES.format(cte="i", kind="INSERT")),
+    ("cte-delete-never-read", "WITH d AS MATERIALIZED (DELETE FROM gold.training_examples RETURNING *) SELECT 1",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-cte", "WITH a AS (WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT * "
+                            "FROM d) SELECT * FROM a", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-subquery", "SELECT (WITH d AS (DELETE FROM gold.training_examples RETURNING *) "
+                                 "SELECT count(*) FROM d) AS n", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-union", "SELECT 1 AS n UNION ALL (WITH d AS (DELETE FROM gold.training_examples "
+                              "RETURNING *) SELECT count(*) FROM d)", CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-recursive-cte", "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL (WITH d AS (DELETE FROM "
+                                      "gold.training_examples RETURNING *) SELECT n + 1 FROM r, d)) SELECT * FROM r",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-delete-in-a-declaration", "SET VARIABLE n = (WITH d AS (DELETE FROM gold.training_examples RETURNING *) "
+                                    "SELECT count(*) FROM d);\nSELECT getvariable('n')",
+     CTE_WRITES.format(cte="d", kind="DELETE")),
+    ("cte-copy", "WITH c AS (COPY gold.training_examples TO '{outside}/out.csv') SELECT * FROM c",
+     CTE_WRITES.format(cte="c", kind="COPY")),
+    ("cte-delete-in-a-nested-query", "SELECT * FROM query('WITH d AS (DELETE FROM gold.training_examples "
+                                     "RETURNING *) SELECT * FROM d')",
+     r"data-modifying statement must be at the top level"),
 ]
 
 
@@ -214,6 +250,8 @@ def test_every_attack_fails_and_leaves_the_data_unchanged(lake, outside, sql, at
     # a lake table is a view over a read-only Arrow scan: there is no table to write to
     ("INSERT INTO gold.training_examples SELECT * FROM gold.training_examples", r"is not an table"),
     ("DELETE FROM gold.training_examples", r"Can only delete from base table"),
+    ("WITH d AS (DELETE FROM gold.training_examples RETURNING *) SELECT count(*) FROM d",
+     r"Can only delete from base table"),
     ("SELECT * FROM read_csv('{outside}/secret.csv')", NO_FILES),
 ])
 def test_the_engine_itself_refuses_files_extensions_and_settings(lake, outside, sql, statement, match):
@@ -241,3 +279,213 @@ def test_gem_sql_refuses_a_write_with_a_message_and_no_traceback(lake, outside, 
     with pytest.raises(SystemExit, match=r"^gem sql: variable 'nope' is not declared"):
         main(["sql", "-e", "SELECT 1", "--var", "nope=1"])
     assert _state(lake, outside) == before
+
+
+@pytest.mark.parametrize(("refused", "says", "instead", "rows"), [
+    ("PIVOT gold.training_examples ON clicked USING count(*) GROUP BY ds",
+     r"a PIVOT without `IN \(\.\.\.\)` after its ON column is two statements",
+     "SELECT * FROM (PIVOT gold.training_examples ON clicked IN (true, false) USING count(*) GROUP BY ds) "
+     "ORDER BY ds", [(D1, 1, 1), (D2, 1, 0)]),
+    ("CALL pragma_table_info('gold.training_examples')", r"`CALL f\(\.\.\.\)` reads as `SELECT \* FROM f\(\.\.\.\)`",
+     "SELECT name FROM pragma_table_info('gold.training_examples') ORDER BY cid",
+     [("impression_id",), ("ds",), ("clicked",)]),
+    ("PRAGMA table_info('gold.training_examples')", r"`SELECT \* FROM pragma_table_info\('gold.t'\)`",
+     "SELECT name FROM pragma_table_info('gold.training_examples') ORDER BY cid",
+     [("impression_id",), ("ds",), ("clicked",)]),
+    ("CREATE TABLE clicks AS SELECT * FROM gold.training_examples WHERE clicked",
+     r"use `WITH name AS \(SELECT \.\.\.\) SELECT \.\.\. FROM name`",
+     "WITH clicks AS (SELECT * FROM gold.training_examples WHERE clicked) SELECT count(*) FROM clicks", [(2,)]),
+])
+def test_a_refused_statement_duckdb_runs_another_way_says_how(sql, refused, says, instead, rows):
+    with pytest.raises(LakeSQLError, match=says):
+        sql.query(refused)
+    assert sql.query(instead).fetchall() == rows  # and the way it names runs, in the locked session
+
+
+def test_a_query_is_read_in_batches_with_its_limit_pushed_into_it(sql):
+    query = sql.query("SELECT range AS n FROM range(2500) ORDER BY n DESC;  -- a trailing comment")
+    assert query.columns == ["n"]
+    assert [len(b) for b in query.batches(rows=1000)] == [1000, 1000, 500]
+    assert [n for b in query.batches(rows=2, limit=3) for (n,) in b] == [2499, 2498, 2497]
+    assert query.count() == 2500
+    assert query.head(2) == [(2499,), (2498,)]
+    with pytest.raises(LakeSQLError, match=r"batches\(rows=0, limit=None\): rows must be 1 or more"):
+        query.batches(rows=0)
+    stream = sql.query("SELECT * FROM range(100000000)").batches(rows=10)
+    assert next(stream) == [(n,) for n in range(10)]
+    stream.close()  # left early: the connection is free for the next statement at once
+    assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+
+
+NEVER_ENDS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+
+
+def _slowly(query) -> None:
+    """Read one row at a time, spending longer on each than DuckDB does: the reader's time counts too."""
+    for _ in query.batches(rows=1):
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("run", [
+    lambda sql: sql.query(NEVER_ENDS).fetchall(),
+    lambda sql: sql.query(f"SET VARIABLE n = ({NEVER_ENDS});\nSELECT getvariable('n')"),
+    lambda sql: _slowly(sql.query("SELECT * FROM range(1000000)")),
+], ids=["query", "declaration", "slow-reader"])
+def test_a_statement_is_stopped_at_its_time_limit_naming_it(lake, run):
+    timeout = 2.0
+    with LakeSQL(lake, SQLLimits(timeout_s=timeout)) as sql:
+        start = time.monotonic()
+        with pytest.raises(LakeSQLLimitError, match=r"ran past its time limit of 2 s .* `gem sql --timeout SECONDS`"):
+            run(sql)
+        elapsed = time.monotonic() - start
+        assert timeout <= elapsed < 2 * timeout  # stopped at the limit, not before and not long after
+        assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+
+
+def test_a_long_statement_prints_nothing_on_stdout(lake):
+    """DuckDB draws a progress bar on stdout after 2 s (in a plain process, not under pytest's capture),
+    which would land among the rows of `gem sql --format csv > file` and in the pack's run logs."""
+    code = ("import sys; from gem_model.paths import GemPaths; from jobs.lake_sql import LakeSQL, LakeSQLLimitError\n"
+            "from jobs.sql_limits import SQLLimits\n"
+            "with LakeSQL(GemPaths.from_env(), SQLLimits(timeout_s=3)) as sql:\n"
+            "    try:\n"
+            "        sql.query('SELECT count(DISTINCT a.range * 1000000 + b.range) FROM range(1000000) a, '\n"
+            "                  'range(1000000) b').count()\n"
+            "    except LakeSQLLimitError as error:\n"
+            "        print(error, file=sys.stderr)\n")
+    env = dict(os.environ, GEM_HOME=str(lake.home), PYTHONPATH=str(Path(__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stderr.startswith("the statement ran past its time limit of 3 s")
+    assert done.stdout == ""
+
+
+def test_a_query_past_the_memory_and_spill_limits_is_stopped_naming_them(lake, tmp_path):
+    doubling = ("WITH RECURSIVE r(n, pad) AS (SELECT 1, repeat('x', 1000) UNION ALL "
+                "SELECT n + 1, pad FROM r, range(2) WHERE n < 40) SELECT count(*) FROM r")  # 2^40 rows of 1 kB
+    with LakeSQL(lake, SQLLimits(memory_limit="64MB", max_temp_directory_size="64MB"), spill_root=tmp_path) as sql:
+        with pytest.raises(LakeSQLLimitError, match=r"Out of Memory.*memory_limit is 64MB and "
+                                                    r"max_temp_directory_size 64MB; raise them with `gem sql"):
+            sql.query(doubling).fetchall()
+        assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+    assert list(tmp_path.iterdir()) == []  # close removed the spill folder
+
+
+def _gem_sql_child(args: list[str], home: Path, tmp: Path, stderr: int) -> subprocess.Popen:
+    """`gem sql ARGS` in a child process over the lake at `home`, spilling under `tmp`; stdout discarded."""
+    env = dict(os.environ, GEM_HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(Path(__file__).parents[1]))
+    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "sql", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def _gem_sql(args: list[str], home: Path, tmp: Path) -> tuple[float, float, int, str]:
+    """Run `gem sql ARGS` to its end: (the child's peak RSS in MiB, seconds, exit status, stderr)."""
+    start = time.monotonic()
+    child = _gem_sql_child(args, home, tmp, subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, not every child's of pytest
+    elapsed = time.monotonic() - start
+    return usage.ru_maxrss / 1024, elapsed, os.waitstatus_to_exitcode(status), child.stderr.read().decode()
+
+
+@pytest.mark.parametrize("attack", [
+    "SELECT * FROM gold.training_examples a, range(100000) b, range(100000) c",  # 3e10 rows
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r",
+], ids=["cross-join", "recursive-cte"])
+def test_gem_sql_memory_and_time_stay_bounded_under_the_attacks(lake, tmp_path, attack):
+    """`--all` streams every row to stdout: the child's peak memory stays within DuckDB's limit above
+    what a trivial query needs (the rows are never held in Python), and it stops at its time limit."""
+    timeout, memory_mib = 4, 256
+    limits = ["--timeout", str(timeout), "--memory-limit", f"{memory_mib}MB", "--format", "csv"]
+    trivial_rss, trivial_s, status, _ = _gem_sql(["-e", "SELECT 1", *limits], lake.home, tmp_path)
+    assert status == 0
+    rss, elapsed, status, stderr = _gem_sql(["-e", attack, "--all", *limits], lake.home, tmp_path)
+    assert status == 1
+    assert "gem sql: the statement ran past its time limit of 4 s" in stderr
+    assert rss < trivial_rss + memory_mib, (rss, trivial_rss)
+    assert elapsed < trivial_s + 2 * timeout
+    # without --all the same attack prints the first rows and says more exist, at once
+    _, elapsed, status, stderr = _gem_sql(["-e", attack, *limits], lake.home, tmp_path)
+    assert (status, stderr) == (0, "gem sql: 1000 rows shown; more exist: --limit N shows N, --all every row\n")
+
+
+def test_a_killed_gem_sql_leaves_no_spill_folder_behind(lake, tmp_path):
+    root = tmp_path / f"gem-sql-{os.getuid()}"  # the child's default_spill_root() under TMPDIR=tmp_path
+    spilling = "SELECT a.range AS a, repeat('x', 100) AS pad FROM range(3000000) a ORDER BY pad, random()"
+    child = _gem_sql_child(["-e", spilling, "--all", "--timeout", "120", "--memory-limit", "32MB",
+                            "--max-temp-size", "4GB"], lake.home, tmp_path, subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(root.glob("*/duckdb_temp_*storage*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(root.glob("*/duckdb_temp_*storage*")), "the child never spilled"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    [killed] = root.iterdir()  # SIGKILL: no `close` ran, the folder is still there
+    assert killed.name.startswith(f"{child.pid}-")
+    with LakeSQL(lake) as live:  # a session in this (live) process: the next session must keep its folder
+        with LakeSQL(lake, spill_root=root) as sql:
+            assert not killed.exists()  # the next session removed the dead one's folder
+            assert [p.name for p in root.iterdir()] == [sql.spill.name]
+            assert live.spill.is_dir()
+    assert list(root.iterdir()) == []
+
+
+def test_an_unreadable_table_is_skipped_naming_it_and_the_others_still_query(lake, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "gem"
+    shutil.copytree(lake.home, home)
+    paths = GemPaths(home)
+    (paths.table("silver.stray") / "_delta_log").mkdir(parents=True)  # a log that never got a commit
+    corrupt = paths.table("silver.corrupt")
+    shutil.copytree(paths.table("bronze.impressions"), corrupt)
+    [commit] = (corrupt / "_delta_log").glob("*.json")
+    commit.write_text('{"commitInfo": {"timestamp": 17')  # truncated mid-write
+    with pytest.warns(UserWarning) as caught, LakeSQL(paths) as sql:
+        assert sql.tables == ("bronze.impressions", "gold.training_examples", "meta.models", "meta.table_history")
+        assert set(sql.unreadable) == {"silver.corrupt", "silver.stray"}
+        assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
+        assert sql.query("SELECT DISTINCT table_name FROM meta.table_history ORDER BY 1").fetchall() == [
+            ("bronze.impressions",), ("gold.training_examples",)]
+        for name in ("silver.corrupt", "silver.stray"):
+            with pytest.raises(LakeSQLError, match=rf"the query reads {name}, but {paths.table(name)} cannot be "
+                                                   r"read by delta-rs \(.+\); the other tables can be queried"):
+                sql.query(f"SELECT count(*) FROM {name} JOIN gold.training_examples USING (impression_id)")
+    warned = [str(w.message) for w in caught]
+    assert any(m.startswith(f"silver.stray is skipped: {paths.table('silver.stray')} cannot be read") for m in warned)
+    assert any(m.startswith(f"silver.corrupt is skipped: {corrupt} cannot be read") for m in warned)
+    assert any(m.startswith(f"meta.table_history skips {commit}") for m in warned)
+    from jobs.cli import main
+
+    monkeypatch.setenv("GEM_HOME", str(home))
+    main(["sql", "-e", "SELECT count(*) AS n FROM bronze.impressions"])
+    printed = capsys.readouterr()
+    assert printed.out == "n\n-\n1\n(1 row)\n"
+    assert f"gem sql: warning: silver.stray is skipped: {paths.table('silver.stray')} cannot be read" in printed.err
+
+
+def test_gem_sql_prints_the_first_rows_by_default_and_every_row_on_request(lake, monkeypatch, capsys):
+    from jobs.cli import main
+
+    monkeypatch.setenv("GEM_HOME", str(lake.home))
+    main(["sql", "-e", "SELECT range AS n, 'x' AS s FROM range(1500)"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["n    s", "---  -", "0    x"]  # aligned on the first block of rows
+    assert out[-2:] == ["999  x", "(1000 rows shown; more exist: --limit N shows N, --all every row)"]
+    main(["sql", "-e", "SELECT range AS n, 'x' AS s FROM range(1500)", "--all"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 1500 + 1 and out[-1] == "(1500 rows)"
+    assert out[2 + 999:2 + 1001] == ["999  x", "1000  x"]  # later rows keep the first block's widths
+    main(["sql", "-e", "SELECT range AS n FROM range(1000)"])  # exactly the cap: nothing more exists
+    assert capsys.readouterr().out.splitlines()[-1] == "(1000 rows)"
+    main(["sql", "-e", "SELECT range AS n FROM range(5)", "--limit", "2", "--format", "json"])
+    printed = capsys.readouterr()
+    assert printed.out == '{"n": 0}\n{"n": 1}\n'
+    assert printed.err == "gem sql: 2 rows shown; more exist: --limit N shows N, --all every row\n"
+    main(["sql", "-e", "SELECT range AS n FROM range(3)", "--all", "--format", "csv"])
+    assert capsys.readouterr() == ("n\r\n0\r\n1\r\n2\r\n", "")
+    with pytest.raises(SystemExit):
+        main(["sql", "-e", "SELECT 1", "--limit", "5", "--all"])
+    assert "not allowed with argument --limit" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sql", "-e", "SELECT 1", "--memory-limit", "lots"])
+    assert ("gem sql: error: argument --memory-limit: lots: memory_limit='lots' must be a size with a unit"
+            in capsys.readouterr().err)

@@ -9,6 +9,7 @@ so its Delta versions are 0..3 for 2026-11-01..04.
 
 import json
 import math
+import shutil
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -300,3 +301,21 @@ def test_report_queries_skip_missing_tables_and_fail_naming_the_file(lake, tmp_p
     (tmp_path / "b_broken.sql").unlink()
     [report] = run_report_queries(lake, tmp_path)
     assert report.markdown() == "skipped: table gold.no_such_table not materialised"
+
+
+def test_a_query_over_an_unreadable_table_is_skipped_naming_it_and_the_rest_of_the_pack_runs(lake, tmp_path):
+    home = tmp_path / "gem"
+    shutil.copytree(lake.home, home)
+    paths = GemPaths(home)
+    builds = paths.table("gold.index_builds")
+    for commit in (builds / "_delta_log").glob("*.json"):
+        commit.write_text(commit.read_text()[:40])  # every commit truncated mid-write
+    with pytest.warns(UserWarning) as caught:
+        reports = {r.name: r for r in run_report_queries(paths)}
+    first_commit = builds / "_delta_log" / "00000000000000000000.json"
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        "gold.index_builds is skipped", f"meta.table_history skips {first_commit}"]
+    skipped = reports.pop("index_recall_history")
+    assert skipped.rows is None
+    assert skipped.markdown().startswith(f"skipped: gold.index_builds: {builds} cannot be read by delta-rs (")
+    assert all(r.rows for r in reports.values())  # every other report ran and has rows

@@ -3,9 +3,10 @@
 Each query's row count and first rows are attached as metadata (a Markdown table per query), so the
 calibration, coverage, logit shift, lineage and recall reports of the latest export are readable in
 the Dagster UI. The queries run read-only through `jobs.lake_sql`, the same path as `gem sql`. A
-query whose tables are not in the lake yet (e.g. `gold.index_builds` before any index was built) is
-reported as skipped, naming them; any other failure fails the asset, naming the file. Unpartitioned:
-the queries span every day and model version.
+query whose tables are not in the lake yet (e.g. `gold.index_builds` before any index was built), or
+that reads a table delta-rs cannot open (a corrupt log), is reported as skipped, naming them and why;
+any other failure (a refused statement, a query past its time or memory limit) fails the asset,
+naming the file. Unpartitioned: the queries span every day and model version.
 """
 
 import json
@@ -34,17 +35,24 @@ class ReportQueryError(RuntimeError):
 
 @dataclass(frozen=True)
 class QueryReport:
-    """One query's outcome: `rows` and a `preview` of them, or the `missing` tables it was skipped for."""
+    """One query's outcome: `rows` and a `preview` of them, or the `missing` tables it was skipped for, or
+    the `unreadable` ones (each with why delta-rs cannot open it)."""
 
     name: str
     columns: list[str]
     rows: int | None = None
     preview: tuple[tuple[object, ...], ...] = ()
     missing: tuple[str, ...] = ()
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        return self.missing + self.unreadable
 
     def markdown(self) -> str:
-        if self.missing:
-            return f"skipped: table {', '.join(self.missing)} not materialised"
+        if self.skipped:
+            missing = [f"table {', '.join(self.missing)} not materialised"] if self.missing else []
+            return "skipped: " + "; ".join([*missing, *self.unreadable])
         if not self.preview:
             return "(0 rows)"
         lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
@@ -85,17 +93,20 @@ def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: i
         for file in files:
             text = file.read_text()
             try:
-                missing = tuple(t for t in referenced_tables(text) if t not in sql.tables)
-                if missing:
-                    reports.append(QueryReport(file.stem, [], missing=missing))
+                tables = referenced_tables(text)
+                unreadable = tuple(f"{t}: {sql.unreadable[t]}" for t in tables if t in sql.unreadable)
+                missing = tuple(t for t in tables if t not in sql.tables and t not in sql.unreadable)
+                if missing or unreadable:
+                    reports.append(QueryReport(file.stem, [], missing=missing, unreadable=unreadable))
                     continue
-                relation = sql.query(text)
+                result = sql.query(text)
                 # two passes (the count, then the first rows) instead of holding every row of a large report
-                [(rows,)] = relation.aggregate("count(*)").fetchall()
-                preview = tuple(relation.limit(preview_rows).fetchall())
+                rows = result.count()
+                preview = tuple(result.head(preview_rows))
+                columns = result.columns
             except (LakeSQLError, duckdb.Error) as error:
                 raise ReportQueryError(f"{file.name} failed: {str(error).strip().splitlines()[0]}") from error
-            reports.append(QueryReport(file.stem, relation.columns, rows, preview))
+            reports.append(QueryReport(file.stem, columns, rows, preview))
     return reports
 
 
@@ -103,12 +114,12 @@ def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: i
 def sql_pack(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The SQL pack's reports over the lake: per query (`sql/<name>.sql`) its rows and the first of them."""
     reports = run_report_queries(lake.paths)
-    skipped = [r for r in reports if r.missing]
+    skipped = [r for r in reports if r.skipped]
     for r in skipped:
         context.log.warning(f"sql/{r.name}.sql {r.markdown()}")
     metadata: dict[str, object] = {
         "queries_run": len(reports) - len(skipped),
-        "queries_skipped": dg.MetadataValue.json({r.name: list(r.missing) for r in skipped}),
+        "queries_skipped": dg.MetadataValue.json({r.name: list(r.skipped) for r in skipped}),
         "sql_dir": dg.MetadataValue.path(str(SQL_DIR)),
     }
     for r in reports:
