@@ -1002,10 +1002,8 @@ class GemConfig:
 
     @staticmethod
     def from_env() -> GemConfig:
-        """GEM_PRESET (default `tiny`), overridden by GEM_CONFIG (a JSON file), GEM_DATA_SOURCE and
-        GEM_SOURCE_MAPPING."""
-        return GemConfig.load(os.environ.get("GEM_PRESET", "tiny"), os.environ.get("GEM_CONFIG") or None,
-                              os.environ.get("GEM_DATA_SOURCE") or None, os.environ.get("GEM_SOURCE_MAPPING") or None)
+        """The config the environment names (`ConfigSources.from_env`)."""
+        return ConfigSources.from_env().load()
 
     def to_dict(self) -> dict[str, Any]:
         return _to_jsonable(dataclasses.asdict(self))
@@ -1124,3 +1122,24 @@ PRESETS: dict[str, GemConfig] = {
         train=TrainConfig(epochs=1, batch_size=2048),
     ),
 }
+
+
+@dataclass(frozen=True)
+class ConfigSources:
+    """What a config is loaded from (`GemConfig.load`'s arguments), read from the environment in this one place
+    by everything that loads one (the CLI, the entry points, the Dagster code location's `LakeResource`):
+    GEM_PRESET (default `tiny`), overridden by GEM_CONFIG (a JSON file), GEM_DATA_SOURCE and GEM_SOURCE_MAPPING
+    (a source mapping file; the source becomes "mapping"). An empty variable is unset."""
+
+    preset: str = "tiny"
+    config_path: str | None = None
+    data_source: str | None = None
+    source_mapping: str | None = None
+
+    @staticmethod
+    def from_env() -> ConfigSources:
+        return ConfigSources(os.environ.get("GEM_PRESET") or "tiny", os.environ.get("GEM_CONFIG") or None,
+                             os.environ.get("GEM_DATA_SOURCE") or None, os.environ.get("GEM_SOURCE_MAPPING") or None)
+
+    def load(self) -> GemConfig:
+        return GemConfig.load(self.preset, self.config_path, self.data_source, self.source_mapping)

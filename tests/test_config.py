@@ -94,6 +94,21 @@ def test_data_source_is_validated_and_overridable(monkeypatch):
     assert GemConfig.from_env().data.source == "criteo"
 
 
+def test_the_code_locations_lake_loads_the_config_the_environment_names(tmp_path, monkeypatch):
+    from dagster_project.resources.lake import LakeResource
+
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text(json.dumps({"train": {"epochs": 3}}))
+    mapping = tmp_path / "my_logs.yaml"
+    for name, value in {"GEM_HOME": str(tmp_path / "gem"), "GEM_PRESET": "small", "GEM_CONFIG": str(overrides),
+                        "GEM_DATA_SOURCE": "criteo", "GEM_SOURCE_MAPPING": str(mapping)}.items():
+        monkeypatch.setenv(name, value)
+    lake = LakeResource.from_env()
+    assert lake.config == GemConfig.from_env()
+    assert (lake.config.preset, lake.config.train.epochs) == ("small", 3)
+    assert (lake.config.data.source, lake.config.data.mapping) == ("mapping", str(mapping))
+
+
 def test_presets_scale_up_to_long_sequences():
     small, medium = GemConfig.from_preset("small"), GemConfig.from_preset("medium")
     assert small.world.impressions_per_day * small.world.n_days == 1_000_000

@@ -1,31 +1,29 @@
 """LakeResource: where the pipeline writes ($GEM_HOME) and with which GemConfig."""
 
-import os
+import dataclasses
 from pathlib import Path
 
 import dagster as dg
 
-from gem_model.config import GemConfig
+from gem_model.config import ConfigSources, GemConfig
 from gem_model.paths import GemPaths
 
 
 class LakeResource(dg.ConfigurableResource):
-    """`home` is the $GEM_HOME root; `preset`, optional `config_path` (JSON overrides) and
-    `data_source` (overrides `data.source`) pick the config."""
+    """`home` is the $GEM_HOME root; `preset`, optional `config_path` (JSON overrides), `data_source`
+    (overrides `data.source`) and `source_mapping` (a source mapping file) pick the config, as
+    `gem_model.config.ConfigSources` names them."""
 
     home: str
     preset: str = "tiny"
     config_path: str | None = None
     data_source: str | None = None
+    source_mapping: str | None = None
 
     @staticmethod
     def from_env() -> "LakeResource":
-        return LakeResource(
-            home=str(GemPaths.from_env().home),
-            preset=os.environ.get("GEM_PRESET", "tiny"),
-            config_path=os.environ.get("GEM_CONFIG") or None,
-            data_source=os.environ.get("GEM_DATA_SOURCE") or None,
-        )
+        sources = ConfigSources.from_env()
+        return LakeResource(home=str(GemPaths.from_env().home), **dataclasses.asdict(sources))
 
     @property
     def paths(self) -> GemPaths:
@@ -33,7 +31,7 @@ class LakeResource(dg.ConfigurableResource):
 
     @property
     def config(self) -> GemConfig:
-        return GemConfig.load(self.preset, self.config_path, self.data_source)
+        return ConfigSources(self.preset, self.config_path, self.data_source, self.source_mapping).load()
 
     def latest_model_version(self) -> str:
         return self.paths.latest_model_version()
