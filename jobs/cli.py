@@ -24,8 +24,10 @@ before anything starts (Spark, torchrun, a Dagster run); a bad one is one line n
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -49,9 +51,6 @@ def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] |
             limits: SQLLimits | None = None) -> None:
     """Stream the rows of `query` to stdout as DuckDB produces them: at most `limit` (None: every row),
     each statement under `limits` (default `SQLLimits()`)."""
-    import os
-    import warnings
-
     import duckdb
 
     from jobs.lake_sql import LakeSQL, LakeSQLError

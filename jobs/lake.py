@@ -207,14 +207,14 @@ def table_stats(path: Path, partition: dict[str, object] | None = None,
             nulls[column] = _stat_sum(files, f"null_count.{column}")
     rows = _stat_sum(files, "num_records")
     unread = [c for c, n in nulls.items() if n is None]
-    if rows is None or unread:
-        data = log.to_pyarrow_dataset().to_table(columns=unread, filter=_partition_filter(typed))
+    repeated = 0
+    if rows is None or unread or unique_key:  # one scan of the files for every column the statistics lack
+        columns = list(dict.fromkeys([*unread, *unique_key]))
+        data = log.to_pyarrow_dataset().to_table(columns=columns, filter=_partition_filter(typed))
         rows = data.num_rows
         nulls.update({c: data[c].null_count for c in unread})
-    repeated = 0
-    if unique_key:
-        keys = log.to_pyarrow_dataset().to_table(columns=list(unique_key), filter=_partition_filter(typed))
-        repeated = keys.num_rows - keys.group_by(list(unique_key)).aggregate([]).num_rows
+        if unique_key:
+            repeated = rows - data.group_by(list(unique_key)).aggregate([]).num_rows
     return TableStats(log.version(), {k: _spark_type(t) for k, t in fields.items()}, rows,
                       {c: int(n or 0) for c, n in nulls.items()}, repeated)
 

@@ -377,11 +377,11 @@ def default_spill_root() -> Path:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: another user's process, alive
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
-        return True
+    except PermissionError:
+        pass
     return True
 
 
