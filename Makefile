@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock jobs/delta-jars.pom.xml job
 	$(BIN)/pip install --quiet --upgrade pip==26.3
 	$(BIN)/pip install --quiet --no-deps -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/python jobs/install_delta_jars.py $(VENV)/jars
+	$(BIN)/python -m jobs.install_delta_jars $(VENV)/jars
 	touch $@
 
 demo: $(VENV)/.installed
@@ -27,8 +27,10 @@ ui: $(VENV)/.installed
 	test -f $$home/dagster.yaml || cp dagster_project/dagster.yaml $$home/; \
 	DAGSTER_HOME=$$home $(BIN)/dagster dev -w workspace.yaml
 
+# What CI checks besides the tests: ruff's rules and the import contracts of pyproject.toml (layers).
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # Regenerate requirements.lock after changing a pin in pyproject.toml.
 lock: $(VENV)/.installed

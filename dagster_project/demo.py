@@ -77,7 +77,7 @@ def run_pipeline(lake: LakeResource, run: JobRunner) -> None:
 
 
 def summary(lake: LakeResource) -> str:
-    from jobs.lake import existing_tables, table_stats, value_counts
+    from gem_lake.delta import existing_tables, table_stats, value_counts
 
     version = lake.latest_model_version()
     lines = ["", "Tables ($GEM_HOME/lake):"]

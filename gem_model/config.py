@@ -287,7 +287,7 @@ def _in(where: str) -> str:
 
 @dataclass(frozen=True)
 class WorldConfig:
-    """The calendar and, for the synthetic world, its size, seed and dynamics (`jobs.features.world`).
+    """The calendar and, for the synthetic world, its size, seed and dynamics (`gem_lake.sources.world`).
 
     The calendar (`start_date`, `n_days`, `holdout_days`) is shared by every data source: the teacher
     trains on the days before the holdout and is measured on the holdout. The synthetic world goes on
@@ -320,7 +320,7 @@ class WorldConfig:
     max_events_per_user_day: Count = 2000
     malformed_rate: Rate = 0.002
     # Any non-empty subset of SURFACES: the synthetic world has a traffic share for each of them
-    # (jobs.features.world), the real sources map onto them, and the quarantine rejects the rest.
+    # (gem_lake.sources.world), the real sources map onto them, and the quarantine rejects the rest.
     surfaces: Annotated[tuple[Annotated[str, OneOf(SURFACES)], ...], NonEmpty(), Distinct()] = SURFACES
 
     def __post_init__(self) -> None:
@@ -400,7 +400,7 @@ class DataConfig:
 class SparseFeature:
     """One categorical feature: raw column `name`, mapped to one of `buckets` embedding rows (row 0: missing).
 
-    Spark computes each value's row into column `<name>_idx` (`jobs.features.tables.embedding_row`), so the
+    Spark computes each value's row into column `<name>_idx` (`gem_lake.features.tables.embedding_row`), so the
     loader and the model never re-implement the mapping. `encoding`:
     - `hash`: 1 + pmod(xxhash64(str(v)), buckets - 1). Any value, no vocabulary, but distinct values can
       share a row: n values in b rows put about n^2 / 2b pairs together (5,000 users in 16,384 rows: 27% of
@@ -700,7 +700,7 @@ class TrainConfig:
     dense_lr_schedule: Literal["constant", "cosine"] = "cosine"
     min_lr_fraction: Fraction = 0.1
     # Train on the last `window_days` days before the holdout (0: every day before it): a sliding training window,
-    # and the data axis of the scaling study (`bench/scaling.py --window-days`).
+    # and the data axis of the scaling study (`bench/research/scaling.py --window-days`).
     window_days: NonNegativeDays = 0
     # AdamW's decoupled weight decay on the dense arches (0: plain Adam).
     dense_weight_decay: Weight = 0.0

@@ -1,0 +1,1 @@
+"""Entry points: the `gem` CLI, torchrun, spark-submit and `python -m` scripts. Nothing imports them."""

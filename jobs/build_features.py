@@ -4,7 +4,7 @@
     python -m jobs.build_features --data-source taobao          # a real dataset (docs/datasets.md)
     GEM_SPARK_MASTER=yarn python -m jobs.spark_submit jobs/build_features.py --preset medium  # spark-submit
 
-Runs the same per-table jobs as the Dagster assets (`jobs.features.build`), in dependency order,
+Runs the same per-table jobs as the Dagster assets (`gem_lake.features.build`), in dependency order,
 into $GEM_HOME, and prints one line per table with rows and seconds. Exits non-zero when a
 landing is refused (e.g. by the row-drop guard: `--allow-row-drop` overrides it;
 `--allow-missing-columns` writes nulls for bronze columns a batch lacks) or lands no rows.
@@ -20,9 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # spark-submit runs this file as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.config import ConfigError, GemConfig
-from gem_model.paths import GemPaths
-from jobs.features.build import (
+from gem_lake.features.build import (
     DAILY_BRONZE,
     DIMENSIONS,
     build_silver,
@@ -31,8 +29,10 @@ from jobs.features.build import (
     land_bronze,
     landing_policy,
 )
-from jobs.spark_progress import SparkProgress
-from jobs.spark_session import build_spark_session
+from gem_lake.spark.progress import SparkProgress
+from gem_lake.spark.session import build_spark_session
+from gem_model.config import ConfigError, GemConfig
+from gem_model.paths import GemPaths
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,10 +33,10 @@ from datetime import date
 from pathlib import Path
 from typing import NoReturn
 
+from gem_lake.sql.limits import SQLLimits
+from gem_lake.sql.output import FORMATS, ROW_CAP, write_rows
 from gem_model.config import ConfigError, GemConfig
 from gem_model.paths import GemPaths
-from jobs.sql_limits import SQLLimits
-from jobs.sql_output import FORMATS, ROW_CAP, write_rows
 
 # A screenful of neighbours is what the command is for; FAISS's GPU search caps k at 2,048.
 MAX_NEIGHBORS = 1000
@@ -53,7 +53,7 @@ def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] |
     each statement under `limits` (default `SQLLimits()`)."""
     import duckdb
 
-    from jobs.lake_sql import LakeSQL, LakeSQLError
+    from gem_lake.sql.query import LakeSQL, LakeSQLError
 
     try:
         with warnings.catch_warnings(record=True) as skipped:
@@ -135,8 +135,8 @@ def promote(paths: GemPaths, version: str, force_reason: str) -> None:
 
 def drop_columns(table: str, columns: list[str]) -> None:
     """Rewrite a lake table without `columns`: the fix a SchemaChangeError names for a column a source dropped."""
-    from jobs.lake import drop_columns as drop
-    from jobs.spark_session import build_spark_session
+    from gem_lake.delta import drop_columns as drop
+    from gem_lake.spark.session import build_spark_session
 
     paths = GemPaths.from_env()
     spark = build_spark_session()
@@ -228,7 +228,7 @@ def _index_day(paths: GemPaths, version: str, ds: date | None, parser: argparse.
 def _export_day(paths: GemPaths, cfg: GemConfig, ds: date, parser: argparse.ArgumentParser) -> date:
     """`ds` if it is a day of the calendar with training examples (what scoring reads); a parser error if not."""
     from dagster_project.defs.partitions import daily_partitions
-    from jobs.lake import partition_days
+    from gem_lake.delta import partition_days
 
     calendar = daily_partitions(cfg)
     days = [d for d in partition_days(paths.table("gold.training_examples")) if calendar.has_partition_key(str(d))]

@@ -2,7 +2,7 @@
 
 Run by `make .venv` (it needs `mvn` and network access to Maven Central):
 
-    python jobs/install_delta_jars.py .venv/jars
+    python -m jobs.install_delta_jars .venv/jars
 
 The versions come from `jobs/delta-jars.pom.xml`. Jars whose artifact Spark already ships in
 `pyspark/jars` are dropped, so Spark's own (newer) Jackson, Parquet and Hadoop stay the only
@@ -48,6 +48,6 @@ def install(target: Path) -> list[Path]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python jobs/install_delta_jars.py TARGET_DIR")
+        sys.exit("usage: python -m jobs.install_delta_jars TARGET_DIR")
     for jar in install(Path(sys.argv[1])):
         print(jar.name)

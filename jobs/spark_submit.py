@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from jobs.spark_session import SparkSettings, worker_python
+from gem_lake.spark.session import SparkSettings, worker_python
 
 
 def submit_command(script: str, args: list[str], settings: SparkSettings) -> list[str]:

@@ -14,9 +14,10 @@ PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
 
 
 def real_data_root() -> Path:
-    """The real datasets' folder (`jobs.sources.data_dir`); skips the calling test, or module, where it is absent."""
+    """The real datasets' folder (`gem_lake.sources.data_dir`); skips the calling test, or module, where it is
+    absent."""
+    from gem_lake.sources import data_dir
     from gem_model.config import GemConfig
-    from jobs.sources import data_dir
 
     try:
         return data_dir(GemConfig())
@@ -26,7 +27,7 @@ def real_data_root() -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    from jobs.spark_session import build_spark_session
+    from gem_lake.spark.session import build_spark_session
 
     session = build_spark_session()
     session.sparkContext.setLogLevel("ERROR")

@@ -1,17 +1,12 @@
-"""bench/model_quality.py's `train` reads a bench model back only if it was trained on the lake's Delta version."""
+"""bench.common's `train` reads a bench model back only if it was trained on the lake's Delta version."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import model_quality  # noqa: E402  (bench/ is a script directory, not a package)
-
-from gem_model.config import GemConfig  # noqa: E402
-from gem_model.paths import GemPaths  # noqa: E402
+from bench.common import train
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
 
 
 @pytest.fixture
@@ -25,10 +20,10 @@ def trained(tmp_path) -> GemPaths:
 
 
 def test_a_bench_model_of_the_lakes_version_is_read_back_not_retrained(trained):
-    assert model_quality.train(GemConfig(), trained, "bench-v", data_version=7)["metrics"] == {"ctr/ne": 0.86}
+    assert train(GemConfig(), trained, "bench-v", data_version=7)["metrics"] == {"ctr/ne": 0.86}
 
 
 def test_a_bench_model_of_another_version_of_the_lake_is_refused_with_the_fix(trained):
     with pytest.raises(SystemExit, match=r"bench-v was trained on Delta version 7 of gold.training_examples and the "
                                          r"table is at version 8 now.*move the directory aside to retrain it"):
-        model_quality.train(GemConfig(), trained, "bench-v", data_version=8)
+        train(GemConfig(), trained, "bench-v", data_version=8)

@@ -17,10 +17,10 @@ from pyspark.sql import functions as F
 from dagster_project.definitions import build_definitions
 from dagster_project.demo import in_process, instance_for, run_pipeline
 from dagster_project.resources.lake import LakeResource
+from gem_lake.delta import read_table
+from gem_lake.sources import build_source, dataset_folder
 from gem_model.config import DATA_SOURCES, FeatureSpec
 from gem_model.testing.samples import head_copy, sample_overrides
-from jobs.lake import read_table
-from jobs.sources import build_source, dataset_folder
 from tests.conftest import real_data_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]

@@ -39,7 +39,7 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
 
 
 def test_the_jobs_a_missing_input_error_names_build_those_inputs(tmp_path):
-    from jobs.features.build import BUILT_BY
+    from gem_lake.features.build import BUILT_BY
 
     repo = build_definitions(lake=LakeResource(home=str(tmp_path))).get_repository_def()
     for table, job in BUILT_BY.items():
@@ -68,7 +68,7 @@ def test_the_code_location_loads_without_torch_faiss_or_spark(tmp_path):
 
 
 def test_sql_comments_and_quotes_do_not_split_statements():
-    from jobs.lake_sql import parse_sql
+    from gem_lake.sql.query import parse_sql
 
     parsed = parse_sql("-- a; b\nSET VARIABLE x = 'a;b';\n/* ; */ SELECT '--; kept' AS x -- trailing; comment\nFROM t")
     assert parsed.variables == ["x"]

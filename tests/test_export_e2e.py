@@ -23,13 +23,13 @@ from dagster_project.definitions import build_definitions
 from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
 from dagster_project.demo import summary
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, LocalTorchrunLauncher
+from gem_lake.delta import read_table, table_version
+from gem_lake.export_tables import write_user_input
+from gem_lake.locks import partition_lock
 from gem_model.config import ExportConfig
 from gem_model.export.checkpoint import bf16_supported
 from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
-from jobs.export_tables import write_user_input
-from jobs.lake import read_table, table_version
-from jobs.locks import partition_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
 DAY = "2026-11-04"

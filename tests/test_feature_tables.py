@@ -7,9 +7,9 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
+from gem_lake.delta import SchemaChangeError, read_table, replace_partition
+from gem_lake.features import tables
 from gem_model.config import ConfigError, FeatureSpec, SparseFeature
-from jobs.features import tables
-from jobs.lake import SchemaChangeError, read_table, replace_partition
 
 pytestmark = pytest.mark.spark
 DS = date(2026, 11, 3)
@@ -174,8 +174,8 @@ def test_modulo_gives_dense_ids_a_row_each_and_refuses_a_column_without_integers
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
 def test_no_two_of_the_synthetic_worlds_values_share_a_row(spark, preset):
+    from gem_lake.sources.world import AD_FORMATS, AGE_BUCKETS, COUNTRIES, DEVICES, OBJECTIVES
     from gem_model.config import SURFACES, GemConfig
-    from jobs.features.world import AD_FORMATS, AGE_BUCKETS, COUNTRIES, DEVICES, OBJECTIVES
 
     cfg = GemConfig.load(preset)
     w = cfg.world

@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh, the GPU run of issue 14, proved on the CPU by its dry run: every step runs and reports."""
+"""bench/perf/gpu_check.sh, the GPU run of issue 14, proved on the CPU by its dry run: every step runs and reports."""
 
 import json
 import os
@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    run = subprocess.run(["bash", "bench/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
+    run = subprocess.run(["bash", "bench/perf/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -34,11 +34,10 @@ def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
 
 
 def test_the_torch_fallbacks_of_fbgemm_operators_equal_fbgemm():
-    """What bench/gpu_steps.py registers on a GPU whose fbgemm has no CUDA kernels, against fbgemm on the CPU."""
+    """What bench/perf/gpu_steps.py registers on a GPU whose fbgemm has no CUDA kernels, against fbgemm on the CPU."""
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
-    from gpu_steps import _complete_cumsum, _jagged_to_padded_dense_backward, _jagged_to_padded_dense_forward
+    from bench.perf.gpu_steps import _complete_cumsum, _jagged_to_padded_dense_backward, _jagged_to_padded_dense_forward
 
     lengths = torch.tensor([3, 0, 5, 1, 7])
     offsets = _complete_cumsum(lengths)

@@ -1,4 +1,4 @@
-"""`jobs.lake_sql`: SQL over the lake is read-only by construction, and bounded.
+"""`gem_lake.sql.query`: SQL over the lake is read-only by construction, and bounded.
 
 Every attack class is run against a small Spark-written lake, and each must fail with a clear error
 AND leave the data as it was: the sha256 of every file under GEM_HOME (lake and models) and of a
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from gem_lake.delta import existing_tables
+from gem_lake.sql.limits import SQLLimits
+from gem_lake.sql.query import LakeSQL, LakeSQLError, LakeSQLLimitError, parse_sql, referenced_tables
 from gem_model.paths import GemPaths
-from jobs.lake import existing_tables
-from jobs.lake_sql import LakeSQL, LakeSQLError, LakeSQLLimitError, parse_sql, referenced_tables
-from jobs.sql_limits import SQLLimits
 
 pytestmark = pytest.mark.spark
 D1, D2 = date(2026, 11, 1), date(2026, 11, 2)
@@ -345,8 +345,9 @@ def test_a_statement_is_stopped_at_its_time_limit_naming_it(lake, run):
 def test_a_long_statement_prints_nothing_on_stdout(lake):
     """DuckDB draws a progress bar on stdout after 2 s (in a plain process, not under pytest's capture),
     which would land among the rows of `gem sql --format csv > file` and in the pack's run logs."""
-    code = ("import sys; from gem_model.paths import GemPaths; from jobs.lake_sql import LakeSQL, LakeSQLLimitError\n"
-            "from jobs.sql_limits import SQLLimits\n"
+    code = ("import sys; from gem_model.paths import GemPaths\n"
+            "from gem_lake.sql.query import LakeSQL, LakeSQLLimitError\n"
+            "from gem_lake.sql.limits import SQLLimits\n"
             "with LakeSQL(GemPaths.from_env(), SQLLimits(timeout_s=3)) as sql:\n"
             "    try:\n"
             "        sql.query('SELECT count(DISTINCT a.range * 1000000 + b.range) FROM range(1000000) a, '\n"

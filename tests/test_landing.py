@@ -5,12 +5,12 @@ from datetime import date, datetime
 import pytest
 from pyspark.sql import Row
 
+from gem_lake.delta import RowDropError, SchemaChangeError, WritePolicy, read_table, table_version
+from gem_lake.features import bronze
+from gem_lake.features.bronze import IncompleteLandingError, land, read_journal, require_landed
+from gem_lake.locks import PartitionBusyError, partition_lock
 from gem_model.config import SURFACES, GemConfig
 from gem_model.paths import GemPaths
-from jobs.features import bronze
-from jobs.features.bronze import IncompleteLandingError, land, read_journal, require_landed
-from jobs.lake import RowDropError, SchemaChangeError, WritePolicy, read_table, table_version
-from jobs.locks import PartitionBusyError, partition_lock
 from tests.conftest import real_data_root
 
 pytestmark = pytest.mark.spark
@@ -137,8 +137,8 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
 
 def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_path):
     """The observed case: a real source's files truncated to their headers, landed again over good data."""
-    from jobs.features.build import land_bronze
-    from jobs.sources.criteo import FILES, FOLDER
+    from gem_lake.features.build import land_bronze
+    from gem_lake.sources.criteo import FILES, FOLDER
 
     cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1},
                                "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}})
@@ -171,7 +171,7 @@ def _events(spark, day: date, users: int):
 
 
 def test_a_day_missing_from_the_lookback_fails_the_build_before_anything_is_written(spark, tmp_path):
-    from jobs.features.build import MissingInputError, build_silver, build_user_sequences
+    from gem_lake.features.build import MissingInputError, build_silver, build_user_sequences
 
     cfg = GemConfig.from_dict({"features": {"lookback_days": 2}})
     first, gap, day = cfg.world.days[:3]

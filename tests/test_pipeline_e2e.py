@@ -15,12 +15,12 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
+from gem_lake.delta import read_table, table_rows
+from gem_lake.table_contract import CONTRACT, schema_violations
 from gem_model.config import GemConfig
 from gem_model.data.loader import ds_filter, open_delta
 from gem_model.export.index import read_index
 from gem_model.export.scoring import read_embeddings
-from jobs.lake import read_table, table_rows
-from jobs.table_contract import CONTRACT, schema_violations
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
 
@@ -59,8 +59,8 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
 
 
 def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
-    from jobs.features.quality import sequence_stats
-    from jobs.features.world import Source
+    from gem_lake.features.quality import sequence_stats
+    from gem_lake.sources.world import Source
 
     lake, _, _ = pipeline
     raw = sum(Source(spark, lake.config).events(d).count() for d in lake.config.world.days)

@@ -14,13 +14,13 @@ import pytest
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
+from gem_lake.delta import table_version
+from gem_lake.locks import partition_lock
 from gem_model.config import ConfigError, GemConfig, PromotionConfig
 from gem_model.paths import GemPaths
 from gem_model.testing.models import write_model
 from gem_model.train.promotion import RECORD_FILE, PromotionRefusedError, judge, promote, read_decisions
 from jobs.cli import main
-from jobs.lake import table_version
-from jobs.locks import partition_lock
 from tests.conftest import PIPELINE_OVERRIDES
 
 RULE = PromotionConfig()

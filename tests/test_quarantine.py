@@ -5,11 +5,11 @@ from datetime import date, datetime
 import pytest
 from pyspark.sql import Row
 
+from gem_lake.delta import read_table
+from gem_lake.features.bronze import land
+from gem_lake.quarantine import split
 from gem_model.config import SURFACES
 from gem_model.paths import GemPaths
-from jobs.features.bronze import land
-from jobs.features.quarantine import split
-from jobs.lake import read_table
 
 pytestmark = pytest.mark.spark
 DS = date(2026, 11, 3)

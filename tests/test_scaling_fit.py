@@ -1,14 +1,9 @@
-"""bench/scaling.py's fit and plot on runs whose power law is known."""
-
-import sys
-from pathlib import Path
+"""bench/research/scaling.py's fit and plot on runs whose power law is known."""
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import scaling  # noqa: E402  (bench/ is a script directory, not a package)
+from bench.research import scaling
 
 
 def test_power_law_recovers_a_known_exponent_and_its_interval_covers_it():

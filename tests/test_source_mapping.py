@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from gem_lake.delta import read_table
+from gem_lake.features.build import land_bronze
+from gem_lake.sources.lines import SourceFormatError, check_header
+from gem_lake.sources.mapped import BUILT_IN, Source, mapping_of
+from gem_lake.sources.mapping import MappingError, load_mapping
 from gem_model.config import ConfigError, GemConfig
 from gem_model.documents import MAX_BYTES
 from gem_model.paths import GemPaths
-from jobs.features.build import land_bronze
-from jobs.lake import read_table
-from jobs.sources.lines import SourceFormatError, check_header
-from jobs.sources.mapped import BUILT_IN, Source, mapping_of
-from jobs.sources.mapping import MappingError, load_mapping
 
 MAPPING = {
     "name": "shop_logs",

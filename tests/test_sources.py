@@ -21,13 +21,13 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from gem_lake.delta import read_table
+from gem_lake.features.bronze import Landing
+from gem_lake.features.build import land_bronze
+from gem_lake.sources import MODULES, Source
+from gem_lake.sources.lines import SourceFormatError
 from gem_model.config import GemConfig
 from gem_model.paths import GemPaths
-from jobs.features.bronze import Landing
-from jobs.features.build import land_bronze
-from jobs.lake import read_table
-from jobs.sources import MODULES, Source
-from jobs.sources.lines import SourceFormatError
 from tests.conftest import real_data_root
 
 ROOT = real_data_root()

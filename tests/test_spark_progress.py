@@ -5,7 +5,7 @@ import time
 import dagster as dg
 
 from dagster_project.resources.spark import SparkResource
-from jobs.spark_progress import SparkProgress
+from gem_lake.spark.progress import SparkProgress
 
 
 def _slow_job(spark) -> int:

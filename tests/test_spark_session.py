@@ -10,7 +10,7 @@ import pytest
 # The steps that start Python workers: local rows turned into a DataFrame (export's `gold.index_builds` row, the
 # students' metrics), and a Python function over rows.
 PROBE = """
-from jobs.spark_session import build_spark_session
+from gem_lake.spark.session import build_spark_session
 spark = build_spark_session()
 spark.sparkContext.setLogLevel("ERROR")
 print("rows", spark.createDataFrame([(1, 'a')], 'x int, y string').count())

@@ -2,7 +2,7 @@
 
 The lake is written directly with Spark, as the pipeline writes it (contract schemas, a few rows, values
 picked so that every expected number below is worked out by hand in its comment), and queried through
-`jobs.lake_sql` (DuckDB): two teacher versions, `m-old` trained on 2026-11-01 and `m-new` on
+`gem_lake.sql.query` (DuckDB): two teacher versions, `m-old` trained on 2026-11-01 and `m-new` on
 2026-11-01..02, both scoring 2026-11-02..03; gold.training_examples is committed one day at a time,
 so its Delta versions are 0..3 for 2026-11-01..04.
 """
@@ -19,9 +19,9 @@ import pytest
 
 from dagster_project.defs.reports.assets import ReportQueryError, run_report_queries, sql_pack
 from dagster_project.resources.lake import LakeResource
+from gem_lake.sql.query import LakeSQL, referenced_tables
+from gem_lake.table_contract import CONTRACT
 from gem_model.paths import GemPaths
-from jobs.lake_sql import LakeSQL, referenced_tables
-from jobs.table_contract import CONTRACT
 
 pytestmark = pytest.mark.spark
 SQL_DIR = Path(__file__).parents[1] / "sql"

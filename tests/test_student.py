@@ -238,7 +238,7 @@ def test_data_joins_every_impression_to_its_logit_and_embeddings(lake):
 
 
 def test_missing_model_version_names_the_known_ones(lake):
-    from jobs.train_student import train
+    from gem_model.distill.training import train
 
     with pytest.raises(FileNotFoundError, match=r"model version 'gem-nope' not found .* versions: \['teacher-v1'\]"):
         train(lake, CFG, "gem-nope")
@@ -348,8 +348,8 @@ def test_asset_materialises_students_and_a_metrics_partition_without_duplicates(
     from dagster_project.defs.student.assets import student_models
     from dagster_project.resources.lake import LakeResource
     from dagster_project.resources.spark import SparkResource
-    from jobs.lake import read_table
-    from jobs.table_contract import schema_violations
+    from gem_lake.delta import read_table
+    from gem_lake.table_contract import schema_violations
 
     paths = write_lake(tmp_path / "gem")
     (tmp_path / "overrides.json").write_text(json.dumps(OVERRIDES))

@@ -5,7 +5,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from jobs.table_contract import CONTRACT, FIX, Column, TableContract, main, render_doc, schema_violations
+from gem_lake.table_contract import CONTRACT, FIX, Column, TableContract, main, render_doc, schema_violations
 
 DOC = Path(__file__).parents[1] / "docs" / "tables.md"
 IDX = "(by its `encoding`, hashed or modulo; 0 when it is null)"
@@ -23,7 +23,7 @@ def test_check_fails_on_a_stale_copy_and_write_mends_only_the_generated_blocks(t
     assert stale != fresh
     doc.write_text(stale + "\nA hand-written closing line.\n")
     assert main(["--check", str(doc)]) == 1
-    assert "python -m jobs.table_contract --write docs/tables.md" in capsys.readouterr().err
+    assert "python -m gem_lake.table_contract --write docs/tables.md" in capsys.readouterr().err
     assert main(["--write", str(doc)]) == 0
     assert doc.read_text() == fresh + "\nA hand-written closing line.\n"
     assert main(["--check", str(doc)]) == 0
@@ -31,7 +31,7 @@ def test_check_fails_on_a_stale_copy_and_write_mends_only_the_generated_blocks(t
 
 def test_a_doc_without_a_layer_block_is_refused(tmp_path):
     doc = tmp_path / "tables.md"
-    doc.write_text(DOC.read_text().replace("jobs.table_contract: silver;", "jobs.table_contract: silverish;"))
+    doc.write_text(DOC.read_text().replace("gem_lake.table_contract: silver;", "gem_lake.table_contract: silverish;"))
     with pytest.raises(ValueError, match="one generated block per layer"):
         main(["--write", str(doc)])
 
@@ -87,7 +87,7 @@ def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_
 
     from pyspark.sql import functions as F
 
-    from jobs.lake import table_stats
+    from gem_lake.delta import table_stats
 
     # 40 columns: Delta keeps per-file statistics for the first 32, so `late_key`'s nulls are read from the files.
     fillers = ", ".join(f"c{i} int" for i in range(36))

@@ -4,9 +4,8 @@ structure each model part exists for (a fourth-order interaction, a behaviour te
 import pytest
 from pyspark.sql import functions as F
 
-from gem_model.config import GemConfig
-from jobs.features.quarantine import split
-from jobs.features.world import (
+from gem_lake.quarantine import split
+from gem_lake.sources.world import (
     CART_ACTION,
     CART_SURFACE,
     INTERACTION_STRENGTH,
@@ -16,6 +15,7 @@ from jobs.features.world import (
     SEGMENT_SURFACES,
     Source,
 )
+from gem_model.config import GemConfig
 
 pytestmark = pytest.mark.spark
 CFG = GemConfig.from_dict({"world": {"n_days": 4, "holdout_days": 1}})

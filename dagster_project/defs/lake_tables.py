@@ -12,7 +12,7 @@ import dagster as dg
 
 from dagster_project.defs.partitions import partition_columns
 from dagster_project.resources.lake import LakeResource
-from jobs.table_contract import CONTRACT, schema_violations
+from gem_lake.table_contract import CONTRACT, schema_violations
 
 
 def key(table: str) -> dg.AssetKey:
@@ -21,8 +21,8 @@ def key(table: str) -> dg.AssetKey:
 
 def table_metadata(lake: LakeResource, table: str, rows: int) -> dict[str, object]:
     """A materialisation's metadata: its rows, and the table's as of its newest Delta version (read from the log
-    by `jobs.lake.table_stats`: no Spark job)."""
-    from jobs.lake import table_stats
+    by `gem_lake.delta.table_stats`: no Spark job)."""
+    from gem_lake.delta import table_stats
 
     path = lake.paths.table(table)
     stats = table_stats(path)
@@ -57,7 +57,7 @@ def column_schema(table: str, columns: list[tuple[str, str]]) -> dg.TableSchema:
 def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = None,
                    blocking: bool = True) -> dg.AssetChecksDefinition:
     """Schema matches the contract, and the partition checked (the table, if unpartitioned) is non-empty, has
-    no null keys (read from the Delta log's per-file statistics by `jobs.lake.table_stats`: no Spark job) and,
+    no null keys (read from the Delta log's per-file statistics by `gem_lake.delta.table_stats`: no Spark job) and,
     where the keys identify a row, no repeated key (read from the key columns' files)."""
     scope = "partition" if partitions_def else "table"
     contract = CONTRACT[table]
@@ -66,7 +66,7 @@ def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = 
     @dg.asset_check(asset=key(table), name="contract", blocking=blocking, partitions_def=partitions_def,
                     description=f"{table}: contract schema, non-empty {scope}, no null keys{unique}")
     def _check(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
-        from jobs.lake import table_stats
+        from gem_lake.delta import table_stats
 
         partition = partition_columns(partitions_def, context.partition_key) if partitions_def else None
         stats = table_stats(lake.paths.table(table), partition, contract.keys,

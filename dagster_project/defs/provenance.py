@@ -28,13 +28,14 @@ class Provenance:
 
 GROUPS = {
     "features": Provenance(("team:ads-data",), ("world", "data", "features"),
-                           ("jobs/features", "jobs/sources", "jobs/lake.py", "jobs/table_contract.py")),
+                           ("gem_lake/features", "gem_lake/sources", "gem_lake/delta.py",
+                            "gem_lake/table_contract.py")),
     "training": Provenance(("team:ads-ranking",), ("world", "data", "features", "model", "train", "promotion"),
                            ("gem_model", "kernels", "jobs/train.py")),
     "export": Provenance(("team:ads-serving",), ("export", "index"),
-                         ("gem_model/export", "jobs/score.py", "jobs/export_tables.py")),
+                         ("gem_model/export", "jobs/score.py", "gem_lake/export_tables.py")),
     "student": Provenance(("team:ads-ranking",), ("student",), ("gem_model/distill", "jobs/train_student.py")),
-    "reports": Provenance(("team:ads-data",), (), ("sql", "jobs/lake_sql.py")),
+    "reports": Provenance(("team:ads-data",), (), ("sql", "gem_lake/sql/query.py")),
 }
 
 

@@ -1,8 +1,8 @@
-"""SparkResource: a Delta-enabled Spark session, local by default (see jobs/spark_session.py).
+"""SparkResource: a Delta-enabled Spark session, local by default (see gem_lake/spark/session.py).
 
 pyspark is imported when a step asks for the session, not when the code location loads. While the
 run holds the session, the active Spark stages' progress goes to the run's log every
-`progress_interval_s` seconds (jobs/spark_progress.py), so a long Spark step is never silent.
+`progress_interval_s` seconds (gem_lake/spark/progress.py), so a long Spark step is never silent.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pydantic import PrivateAttr
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.spark_progress import SparkProgress
+    from gem_lake.spark.progress import SparkProgress
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -37,8 +37,8 @@ class SparkResource(dg.ConfigurableResource):
             self._progress = None
 
     def session(self) -> SparkSession:
-        from jobs.spark_progress import SparkProgress
-        from jobs.spark_session import SparkSettings, build_spark_session
+        from gem_lake.spark.progress import SparkProgress
+        from gem_lake.spark.session import SparkSettings, build_spark_session
 
         settings = SparkSettings.from_env()
         if self.master:

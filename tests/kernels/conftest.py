@@ -7,7 +7,7 @@ import torch
 
 # Set before any test imports kernels.triton.*: triton decides at decoration time whether a kernel is
 # compiled or interpreted. On CPU the Triton kernels run in the interpreter; GEM_KERNEL_DEVICE=cuda
-# (bench/gpu_check.sh) runs them compiled.
+# (bench/perf/gpu_check.sh) runs them compiled.
 os.environ.setdefault("TRITON_INTERPRET", "0" if os.environ.get("GEM_KERNEL_DEVICE") == "cuda" else "1")
 
 

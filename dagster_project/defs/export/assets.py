@@ -9,7 +9,7 @@ gold.user_ad_candidates holds every user's top `export.candidates_k` ads from th
 asset here is partitioned by (model_version, ds) like the tables, so a run exports one version's day
 and the UI shows which pairs exist (`dagster_project/defs/partitions.py`).
 
-Every step holds the (model_version, ds) export lock (`jobs.locks.partition_lock`) and works in
+Every step holds the (model_version, ds) export lock (`gem_lake.locks.partition_lock`) and works in
 its own run's staging directory, so a concurrent duplicate export is refused at once instead of
 interleaving with this one, and each commit records the Dagster run that made it (the Delta
 commit's `userMetadata`, visible in `meta.table_history`).
@@ -29,10 +29,10 @@ from dagster_project.defs.training.assets import TEACHER_MODEL
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
+from gem_lake.locks import partition_lock
 from gem_model.config import GemConfig
 from gem_model.export.layout import SCORED_TABLES
 from gem_model.train.manifest import read_manifest
-from jobs.locks import partition_lock
 
 GROUP = "export"
 
@@ -91,7 +91,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def scored_tables(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
                       launcher: JobLauncher):
         """User/ad embeddings and per-task teacher logits of one day, for one model version."""
-        from jobs.export_tables import commit_scored, write_user_input
+        from gem_lake.export_tables import commit_scored, write_user_input
 
         version, ds = model_day(context)
         read_manifest(lake.paths.model_dir(version))  # a missing version fails here, naming the known ones
@@ -121,9 +121,9 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                   kinds={"faiss"}, check_specs=[recall_check],
                   description=f"FAISS index over {spec.table} (inner product) with recall@k against exact search.")
         def _index(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
+            from gem_lake.export_tables import record_index_build
             from gem_model.export.index import publish_index
             from gem_model.export.scoring import read_embeddings
-            from jobs.export_tables import record_index_build
 
             version, ds = model_day(context)
             dim = _repr_dim(lake, version)
@@ -154,9 +154,9 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def user_ad_candidates(context: dg.AssetExecutionContext, spark: SparkResource,
                            lake: LakeResource) -> dg.MaterializeResult:
         """Every user's top `export.candidates_k` ads from the ads index; score = embedding inner product."""
+        from gem_lake.export_tables import write_candidates
         from gem_model.export.index import read_index
         from gem_model.export.scoring import read_embeddings
-        from jobs.export_tables import write_candidates
 
         version, ds = model_day(context)
         s = spark.session()

@@ -1,6 +1,6 @@
 """Feature assets: a data source lands in bronze (with quarantine), Spark builds silver and gold.
 
-`data.source` picks the source (the synthetic world or a real dataset, `jobs.sources`). Users
+`data.source` picks the source (the synthetic world or a real dataset, `gem_lake.sources`). Users
 and ads are dimension tables (replaced whole); events, impressions, sequences and training
 examples are daily partitions, each replaced atomically by its run. Sequences look back
 `FeatureSpec.lookback_days` days, so they depend on that window of events.
@@ -29,7 +29,7 @@ from gem_model.config import GemConfig
 if TYPE_CHECKING:  # Spark is imported by the steps that run it, not when the code location loads
     from pyspark.sql import DataFrame
 
-    from jobs.features.bronze import Landing
+    from gem_lake.features.bronze import Landing
 
 GROUP = "features"
 REJECTED_ROWS = key("bronze.rejected_rows")
@@ -48,7 +48,7 @@ class LandingConfig(dg.Config):
 
 def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource,
           table: str, ds: date | None = None) -> dg.MaterializeResult:
-    from jobs.features.build import land_bronze, landing_policy
+    from gem_lake.features.build import land_bronze, landing_policy
 
     cfg = lake.config
     policy = landing_policy(cfg, config.allow_row_drop, config.allow_missing_columns)
@@ -62,7 +62,7 @@ def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: Spark
 
 
 def _silver(spark: SparkResource, lake: LakeResource, table: str) -> dg.MaterializeResult:
-    from jobs.features.build import build_silver, require_inputs
+    from gem_lake.features.build import build_silver, require_inputs
 
     inputs = require_inputs(lake.config, lake.paths, table)  # before Spark starts
     rows = build_silver(spark.session(), lake.config, lake.paths, table)
@@ -86,7 +86,7 @@ def _landing_result(lake: LakeResource, table: str, landing: "Landing") -> dg.Ma
 
 
 def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | None) -> dg.AssetCheckResult:
-    from jobs.features.quality import sequence_stats
+    from gem_lake.features.quality import sequence_stats
 
     stats = sequence_stats(df, max_seq_len, as_of)
     return dg.AssetCheckResult(
@@ -100,7 +100,7 @@ def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | 
 
 
 def _label_check(df: "DataFrame", cfg: GemConfig) -> dg.AssetCheckResult:
-    from jobs.features.quality import label_rates, null_rates
+    from gem_lake.features.quality import label_rates, null_rates
 
     rates = label_rates(df)
     bounds, min_rows = cfg.data.click_rate_bounds, cfg.data.label_check_min_rows
@@ -185,8 +185,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
                        lake: LakeResource) -> dg.MaterializeResult:
         """Each active user's behaviour sequence as of the end of the day, most recent first."""
-        from jobs.features.build import build_user_sequences, require_inputs
-        from jobs.lake import read_table
+        from gem_lake.delta import read_table
+        from gem_lake.features.build import build_user_sequences, require_inputs
 
         ds, spec = partition_date(context), lake.config.features
         inputs = require_inputs(lake.config, lake.paths, "gold.user_sequences", ds)  # before Spark starts
@@ -212,8 +212,8 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
     def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,
                           lake: LakeResource) -> dg.MaterializeResult:
         """Impressions of the day with user/ad features and the sequence strictly before each one."""
-        from jobs.features.build import build_training_examples, require_inputs
-        from jobs.lake import read_table
+        from gem_lake.delta import read_table
+        from gem_lake.features.build import build_training_examples, require_inputs
 
         ds, cfg = partition_date(context), lake.config
         inputs = require_inputs(cfg, lake.paths, "gold.training_examples", ds)  # before Spark starts

@@ -2,7 +2,7 @@
 
 Each query's row count and first rows are attached as metadata (a Markdown table per query), so the
 calibration, coverage, logit shift, lineage and recall reports of the latest export are readable in
-the Dagster UI. The queries run read-only through `jobs.lake_sql`, the same path as `gem sql`. A
+the Dagster UI. The queries run read-only through `gem_lake.sql.query`, the same path as `gem sql`. A
 query whose tables are not in the lake yet (e.g. `gold.index_builds` before any index was built), or
 that reads a table delta-rs cannot open (a corrupt log), is reported as skipped, naming them and why;
 any other failure (a refused statement, a query past its time or memory limit) fails the asset,
@@ -83,7 +83,7 @@ def run_report_queries(paths: GemPaths, sql_dir: Path = SQL_DIR, preview_rows: i
     """Run every `*.sql` in `sql_dir` over the lake at `paths`, with each file's own variable defaults."""
     import duckdb
 
-    from jobs.lake_sql import LakeSQL, LakeSQLError, referenced_tables
+    from gem_lake.sql.query import LakeSQL, LakeSQLError, referenced_tables
 
     files = sorted(sql_dir.glob("*.sql"))
     if not files:

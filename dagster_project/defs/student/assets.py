@@ -8,7 +8,7 @@ by model version: one partition per teacher version, `dagster_project/defs/parti
 student_version) partition, so a re-run never duplicates rows. The student version is named by
 the teacher version, the student config and the calendar: re-materialising unchanged inputs
 rewrites the same version; one run trains a student version at a time
-(`jobs.locks.partition_lock`).
+(`gem_lake.locks.partition_lock`).
 """
 
 import math
@@ -21,9 +21,9 @@ from dagster_project.defs.partitions import MODEL_VERSIONS
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from dagster_project.resources.spark import SparkResource
+from gem_lake.locks import partition_lock
+from gem_lake.table_contract import CONTRACT
 from gem_model.train.manifest import read_manifest
-from jobs.locks import partition_lock
-from jobs.table_contract import CONTRACT
 
 GROUP = "student"
 STUDENT_MODELS = dg.AssetKey("student_models")
@@ -76,8 +76,8 @@ def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
 def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
                    launcher: JobLauncher):
     """Train the students of a teacher version on the days after its window and commit their metrics."""
+    from gem_lake.delta import replace_partition
     from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
-    from jobs.lake import replace_partition
 
     cfg, paths = lake.config, lake.paths
     version = context.partition_key

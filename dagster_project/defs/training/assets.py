@@ -3,7 +3,7 @@
 The model version is derived from the config fingerprint and the pinned Delta version of
 `gold.training_examples`, so re-materialising on unchanged data and config rewrites the same
 version instead of creating a duplicate. One run trains a version at a time (its resumable
-working directory is per version: `jobs.locks.partition_lock`). The blocking `holdout_metrics`
+working directory is per version: `gem_lake.locks.partition_lock`). The blocking `holdout_metrics`
 check is the promotion rule's verdict on the version just trained (`gem_model.train.promotion.promote`:
 its own metrics, the AUC floor, no regression beyond the tolerance against the promoted model on the
 same holdout), and only a version that passes it is promoted to `models/LATEST`, which the
@@ -22,9 +22,9 @@ from dagster_project.defs.lake_tables import key
 from dagster_project.defs.partitions import MODEL_VERSIONS
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
+from gem_lake.locks import partition_lock
 from gem_model.train.manifest import read_manifest
 from gem_model.train.promotion import PromotionDecision, PromotionRefusedError, promote
-from jobs.locks import partition_lock
 
 GROUP = "training"
 TEACHER_MODEL = dg.AssetKey("teacher_model")
@@ -39,7 +39,7 @@ HOLDOUT_CHECK = dg.AssetCheckSpec("holdout_metrics", asset=TEACHER_MODEL, blocki
           check_specs=[HOLDOUT_CHECK])
 def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launcher: JobLauncher) -> dg.MaterializeResult:
     """GEM teacher trained with TorchRec over torchrun workers; checkpoint + manifest per version."""
-    from jobs.lake import table_version
+    from gem_lake.delta import table_version
 
     cfg, paths = lake.config, lake.paths
     data = paths.table("gold.training_examples")

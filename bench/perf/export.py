@@ -1,0 +1,119 @@
+"""Export speed on one lake: scoring rows/s (torchrun ranks, one process, a naive loop) and the export's wall time.
+
+    GEM_HOME=/tmp/gh_small2 python -m bench.perf.export --preset small --ds 2026-11-08
+
+The model is `--model-version` (default: the `gem` variant bench/research/model_quality.py trained on this
+lake). In the same run it measures, on the day's inputs:
+- naive: one process, one example per forward pass (`score_impressions` on single rows), on a
+  sample of `--naive-rows` impressions;
+- `jobs/score.py` as one process (torch's default threads) and under torchrun with `--nproc`
+  ranks of one thread each, end to end (start-up, model load, all three tables);
+- the whole `export_job` of the day through Dagster (user input, scoring, commits, both indexes,
+  candidates), with each step's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+from bench.common import REPO, variant_version
+from dagster_project.resources.launchers import LocalTorchrunLauncher
+
+
+def naive_rows_per_second(paths, version: str, ds: date, rows: int) -> float:
+    from gem_model.data.loader import ds_filter, open_delta
+    from gem_model.export.checkpoint import load_model
+    from gem_model.export.scoring import score_impressions
+
+    loaded = load_model(paths.model_dir(version))
+    sample = open_delta(paths.table("gold.training_examples")).head(rows, filter=ds_filter(ds, ds + timedelta(days=1)))
+    started = time.perf_counter()
+    for i in range(sample.num_rows):
+        score_impressions(loaded, sample.slice(i, 1), ds)
+    return sample.num_rows / (time.perf_counter() - started)
+
+
+def scoring_run(version: str, ds: date, users: Path, out: Path, nproc: int) -> dict[str, float]:
+    shutil.rmtree(out, ignore_errors=True)
+    args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(users), "--out", str(out)]
+    launcher = LocalTorchrunLauncher()
+    command = launcher.command("jobs/score.py", args, nproc) if nproc > 1 else [sys.executable, "jobs/score.py", *args]
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True, env=launcher.environment(nproc), stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    rows = sum(json.loads((out / "_SUCCESS.json").read_text())["rows"].values())
+    return {"seconds": seconds, "rows": rows, "rows_per_second": rows / seconds}
+
+
+def export_job(lake, version: str, ds: date) -> dict[str, float]:
+    from dagster_project.definitions import build_definitions
+    from dagster_project.defs.partitions import MODEL_VERSIONS, model_day_key
+    from dagster_project.demo import instance_for
+
+    instance = instance_for(lake)
+    if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
+        instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
+    started = time.perf_counter()
+    result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
+        instance=instance, partition_key=model_day_key(version, ds))
+    total = time.perf_counter() - started
+    steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
+    return {"total_seconds": total, **{f"{k}_seconds": v for k, v in steps.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--ds", type=date.fromisoformat, help="default: the last day of the world")
+    parser.add_argument("--model-version")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--naive-rows", type=int, default=1000)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    from dagster_project.resources.lake import LakeResource
+    from dagster_project.resources.spark import SparkResource
+    from gem_lake.export_tables import write_user_input
+
+    lake = LakeResource(home=os.environ["GEM_HOME"], preset=args.preset)
+    cfg, paths = lake.config, lake.paths
+    ds = args.ds or cfg.world.days[-1]
+    version = args.model_version or variant_version(cfg, "gem")
+    work = paths.staging / "bench" / "export"
+    users = work / "users"
+    write_user_input(SparkResource().session(), paths, cfg.features, ds, users, cfg.export.user_input_files)
+
+    results = {"naive_rows_per_second": naive_rows_per_second(paths, version, ds, args.naive_rows),
+               "one_process": scoring_run(version, ds, users, work / "one", 1),
+               "torchrun": scoring_run(version, ds, users, work / "ranks", args.nproc),
+               "export_job": export_job(lake, version, ds)}
+    shutil.rmtree(work)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    print(f"\n{args.preset}, ds={ds}, model {version}, {machine}\n")
+    print("| scoring | rows | seconds | rows/s | × naive |\n|---|---|---|---|---|")
+    naive = results["naive_rows_per_second"]
+    print(f"| naive loop (1 process, 1 row per forward, {args.naive_rows} impressions) | | | {naive:,.0f} | 1.0 |")
+    for name, label in (("one_process", "jobs/score.py, 1 process"),
+                        ("torchrun", f"jobs/score.py, torchrun {args.nproc} ranks")):
+        r = results[name]
+        print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} | "
+              f"{r['rows_per_second'] / naive:.1f} |")
+    print("\n| export_job step | seconds |\n|---|---|")
+    for step, seconds in results["export_job"].items():
+        print(f"| {step.removesuffix('_seconds')} | {seconds:.1f} |")
+    if args.out:
+        args.out.write_text(json.dumps({"preset": args.preset, "ds": ds.isoformat(), "model_version": version,
+                                        "machine": machine, **results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Research experiments: model quality against baselines, ablations, the oracle and scaling."""

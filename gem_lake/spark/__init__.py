@@ -1,0 +1,1 @@
+"""The Spark side: one session factory (local, standalone or a cluster) and progress reporting."""
