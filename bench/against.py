@@ -1,6 +1,6 @@
 """One bench script run on this tree and on another commit's, back to back on one lake, with the ratios.
 
-    GEM_HOME=/tmp/gh_small python bench/against.py --commit ac22560 -- \\
+    GEM_HOME=lakehouse-small python bench/against.py --commit <commit> -- \\
         bench/export.py --preset small --model-version V --out {out}
 
 Checks `--commit` out into a git worktree beside the system's temp folder (reused if there), then runs

@@ -1,7 +1,7 @@
 """How much of the synthetic world a learner can recover from the training days' rows.
 
-    GEM_HOME=/tmp/gem-small python bench/learnable_ceiling.py --preset small
-    GEM_HOME=/tmp/gem-medium python bench/learnable_ceiling.py --preset medium --config med4.json --reference-only
+    GEM_HOME=lakehouse-small python bench/learnable_ceiling.py --preset small
+    GEM_HOME=lakehouse-medium python bench/learnable_ceiling.py --preset medium --config med4.json --reference-only
 
 (the second: a lake built with the overrides of `med4.json`, e.g. `{"world": {"n_days": 4, "holdout_days": 1}}`,
 and only each task's full learner, the reference of the acceptance criteria)

@@ -1,8 +1,8 @@
 """GEM against its baselines and ablations on one lake: holdout AUC / NE / calibration per task.
 
-    GEM_HOME=/tmp/gem-small python bench/model_quality.py --preset small
-    GEM_HOME=/tmp/gem-taobao python bench/model_quality.py --data-source taobao --variants gem,dlrm,dcnv2
-    GEM_HOME=/tmp/gem-frappe python bench/model_quality.py --config gem_model/configs/frappe.json \
+    GEM_HOME=lakehouse-small python bench/model_quality.py --preset small
+    GEM_HOME=lakehouse-taobao python bench/model_quality.py --data-source taobao --variants gem,dlrm,dcnv2
+    GEM_HOME=lakehouse-frappe python bench/model_quality.py --config gem_model/configs/frappe.json \
         --variants gem,dlrm,dcnv2,lr --seeds 0,1,2
 
 Builds the feature tables first when the lake has none (`jobs.build_features`), then trains each
@@ -40,11 +40,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
-    # InterFormer's exchange at every layer, the default until the match rows made it level (docs/MODEL.md), and
-    # its removal (the default since; kept so that the earlier ablations rerun over an interleaved --config).
+    # InterFormer's exchange at every layer (off by default: docs/MODEL.md), and its removal, which is the default
+    # unless --config interleaves.
     "gem-interleaving": {"model": {"interleave": True}},
     "gem-no-interleaving": {"model": {"interleave": False}},
-    # Kunlun's parts (issue 16), one at a time over the default.
+    # Kunlun's parts, one at a time over the default.
     "gem-window16": {"model": {"sequence": {"window": 16}}},
     "gem-gelu": {"model": {"sequence": {"activation": "gelu"}}},
     "gem-gdpa-pffn": {"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}},
