@@ -75,11 +75,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
-    # InterFormer's exchange at every layer, the default until the match rows made it level (docs/MODEL.md), and
-    # its removal (the default since; kept so that the earlier ablations rerun over an interleaved --config).
+    # InterFormer's exchange at every layer (off by default: docs/MODEL.md), and its removal, which is the default
+    # unless --config interleaves.
     "gem-interleaving": {"model": {"interleave": True}},
     "gem-no-interleaving": {"model": {"interleave": False}},
-    # Kunlun's parts (issue 16), one at a time over the default.
+    # Kunlun's parts, one at a time over the default.
     "gem-window16": {"model": {"sequence": {"window": 16}}},
     "gem-gelu": {"model": {"sequence": {"activation": "gelu"}}},
     "gem-gdpa-pffn": {"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}},

@@ -73,7 +73,8 @@ def jagged_attention(
     11.9x the real tokens and 33x the real attention pairs): the PyTorch path takes 83 ms (softmax) and
     133 ms (silu) against 1,367 ms and 6,380 ms padded, 16x and 48x faster, with 5x and 12x less peak
     memory. With equal lengths (64 rows of 256) it costs what padded attention costs (1.0x softmax,
-    0.9x silu). The Triton kernel has not been measured on a GPU yet.
+    0.9x silu). On an H200 the Triton kernel (B=256, H=4, Dh=64, bf16) was 12x (softmax) and 118x (silu)
+    faster than padded attention, with 1/18 and 1/330 of the memory.
 
     Validation reads offsets once (one device sync on CUDA) to check them against L and max_seq_len.
     """

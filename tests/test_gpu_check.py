@@ -1,4 +1,4 @@
-"""bench/perf/gpu_check.sh, the GPU run of issue 14, proved on the CPU by its dry run: every step runs and reports."""
+"""bench/perf/gpu_check.sh, the GPU run, proved on the CPU by its dry run: every step runs and reports."""
 
 import json
 import os

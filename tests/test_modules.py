@@ -25,7 +25,7 @@ from gem_model.testing.examples import random_examples
 CFG = GemConfig()
 SPEC = CFG.features
 ABLATIONS = [{}, {"use_wukong": False}, {"interleave": True}, {"use_sequence": False},
-             # Kunlun's parts (issue 16): a sliding window in the lower layers with GDPA's gelu weights; the PFFN
+             # Kunlun's parts: a sliding window in the lower layers with GDPA's gelu weights; the PFFN
              # as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without interleaving
              # (the PFFN personalises only an interleaved pyramid); Wukong experts.
              {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},

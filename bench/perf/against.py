@@ -1,7 +1,7 @@
 """One bench script run on this tree and on another commit's, back to back on one lake, with the ratios.
 
-    GEM_HOME=/tmp/gh_small python -m bench.perf.against --commit ac22560 -- \\
-        -m bench.perf.export --preset small --model-version V --out {out}
+    GEM_HOME=lakehouse-small python -m bench.perf.against --commit <commit> -- \\
+        bench/perf/export.py --preset small --model-version V --out {out}
 
 Checks `--commit` out into a git worktree beside the system's temp folder (reused if there), then runs
 the script once per tree, in `--order` (default: the other commit first), each as

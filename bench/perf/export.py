@@ -1,6 +1,6 @@
 """Export speed on one lake: scoring rows/s (torchrun ranks, one process, a naive loop) and the export's wall time.
 
-    GEM_HOME=/tmp/gh_small2 python -m bench.perf.export --preset small --ds 2026-11-08
+    GEM_HOME=lakehouse-small python -m bench.perf.export --preset small --ds 2026-11-08
 
 The model is `--model-version` (default: the `gem` variant bench/research/model_quality.py trained on this
 lake). In the same run it measures, on the day's inputs:

@@ -1,7 +1,7 @@
 """Feature build throughput: impressions per second per core, through every feature job.
 
-    GEM_HOME=/tmp/bench-small .venv/bin/python -m bench.perf.feature_build --preset small --days 2
-    GEM_HOME=/tmp/bench-medium .venv/bin/python -m bench.perf.feature_build --preset medium --days 1
+    GEM_HOME=lakehouse-bench-small .venv/bin/python -m bench.perf.feature_build --preset small --days 2
+    GEM_HOME=lakehouse-bench-medium .venv/bin/python -m bench.perf.feature_build --preset medium --days 1
 
 Builds the dimensions, then for each day: bronze events and impressions (with quarantine),
 gold.user_sequences and gold.training_examples, into a fresh $GEM_HOME. Throughput counts the

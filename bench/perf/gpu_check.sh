@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything issue 14 asks of one CUDA GPU, in one call of under 8 minutes; each result is a JSON line in
+# The project's GPU measurements, in one call of under 8 minutes; each result is a JSON line in
 # $OUT/results.jsonl (default OUT=/tmp/gem_gpu_check), the logs beside it.
 #   bash bench/perf/gpu_check.sh             # on the GPU machine, from anywhere
 #   bash bench/perf/gpu_check.sh --dry-run   # on any machine: every step on the CPU at toy sizes (proves the script)

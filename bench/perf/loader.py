@@ -1,6 +1,6 @@
 """Loader throughput against the training step: can the Delta -> KJT stream keep the trainer fed?
 
-    GEM_HOME=/tmp/bench-small .venv/bin/python -m bench.perf.loader --preset small   # after bench/perf/feature_build.py
+    GEM_HOME=lakehouse-bench-small .venv/bin/python -m bench.perf.loader --preset small  # after feature_build
 
 Streams rank 0's shard of gold.training_examples (world size 2, as under torchrun, with the
 training shuffle buffer) and reports examples per second; then times the training step (forward,

@@ -1,6 +1,6 @@
 """Where batch scoring spends its time: each phase of `jobs/score.py`'s path, timed separately.
 
-    GEM_HOME=/tmp/gh_small python -m bench.perf.score_profile --model-version V --ds 2026-11-08
+    GEM_HOME=lakehouse-small python -m bench.perf.score_profile --model-version V --ds 2026-11-08
 
 One process, torch's default threads, the job's `export` settings (`chunk_rows`, `bf16`), the day's
 three inputs (the users' input is rebuilt here with Spark from silver.user_features and

@@ -1,7 +1,7 @@
 """The cost of long sequences: training time per example against sequence length, pyramid vs full-length layers.
 
     .venv/bin/python -m bench.perf.sequence_cost                       # lengths 256 ... 8192, the default config
-    .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024 --json /tmp/seq.json
+    .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024 --json seq.json
 
 Each row of the batch holds a history of exactly L events. Three sequence arches, each made of the
 model's own `SequenceLayer`s (PFFN, CLS tokens, jagged attention block, keep the newest tokens) with

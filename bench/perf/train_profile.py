@@ -1,6 +1,6 @@
 """Where a GEM training step spends its time: torch.profiler over real steps, grouped by kind of work.
 
-    GEM_HOME=/tmp/gh_small python -m bench.perf.train_profile --preset small
+    GEM_HOME=lakehouse-small python -m bench.perf.train_profile --preset small
 
 One rank as `jobs/train.py` runs it (TorchRec DistributedModelParallel in a one-process gloo group,
 fbgemm's fused row-wise Adagrad in the backward, Adam on the dense part, one torch thread as each of

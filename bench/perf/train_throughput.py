@@ -1,7 +1,7 @@
 """Training throughput and the dense part's achieved FLOP/s against this machine's matmul peak.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.model_quality --preset small --config one_epoch.json
-    GEM_HOME=/tmp/gem-small python -m bench.perf.train_throughput --preset small --config one_epoch.json
+    GEM_HOME=lakehouse-small python -m bench.research.model_quality --preset small --config one_epoch.json
+    GEM_HOME=lakehouse-small python -m bench.perf.train_throughput --preset small --config one_epoch.json
 
 Reads the training runs `bench/research/model_quality.py` left in $GEM_HOME/models for the same preset
 and overrides (examples/s over the training steps, all ranks together, from each manifest),

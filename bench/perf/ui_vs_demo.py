@@ -1,6 +1,6 @@
 """One feature partition launched from the Dagster UI against the same partition launched as `gem demo` does.
 
-    .venv/bin/python -m bench.perf.ui_vs_demo [--preset tiny] [--day 2026-11-01] [--root /tmp/ui-vs-demo]
+    .venv/bin/python -m bench.perf.ui_vs_demo [--preset tiny] [--day 2026-11-01] [--root DIR]
 
 Both paths run `build_features_job` (events, impressions, sequences and training examples of one
 day) for the same day, each on a fresh lake (GEM_HOME) and Dagster instance (DAGSTER_HOME) under

@@ -1,6 +1,6 @@
 """Which part of the world's click logit a trained model misses, against the well-specified learner.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.click_gap --preset small --model-dir $GEM_HOME/models/V [...]
+    GEM_HOME=lakehouse-small python -m bench.research.click_gap --preset small --model-dir $GEM_HOME/models/V [...]
 
 The synthetic world's true click logit is a sum of known terms (`gem_lake.sources.world`): the user's
 affinity to the ad's category, the ad (quality and its mean drift over the training days, what a model

@@ -1,7 +1,7 @@
 """How much of the synthetic world a learner can recover from the training days' rows.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.learnable_ceiling --preset small
-    GEM_HOME=/tmp/gem-medium python -m bench.research.learnable_ceiling --preset medium --config med4.json \\
+    GEM_HOME=lakehouse-small python -m bench.research.learnable_ceiling --preset small
+    GEM_HOME=lakehouse-medium python -m bench.research.learnable_ceiling --preset medium --config med4.json \\
         --reference-only
 
 (the second: a lake built with the overrides of `med4.json`, e.g. `{"world": {"n_days": 4, "holdout_days": 1}}`,

@@ -1,8 +1,8 @@
 """GEM against its baselines and ablations on one lake: holdout AUC / NE / calibration per task.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.model_quality --preset small
-    GEM_HOME=/tmp/gem-taobao python -m bench.research.model_quality --data-source taobao --variants gem,dlrm,dcnv2
-    GEM_HOME=/tmp/gem-frappe python -m bench.research.model_quality --config gem_model/configs/frappe.json \
+    GEM_HOME=lakehouse-small python -m bench.research.model_quality --preset small
+    GEM_HOME=lakehouse-taobao python -m bench.research.model_quality --data-source taobao --variants gem,dlrm,dcnv2
+    GEM_HOME=lakehouse-frappe python -m bench.research.model_quality --config gem_model/configs/frappe.json \
         --variants gem,dlrm,dcnv2,lr --seeds 0,1,2
 
 Builds the feature tables first when the lake has none (`jobs.build_features`), then trains each

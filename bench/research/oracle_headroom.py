@@ -1,12 +1,12 @@
 """How much of the oracle's holdout AUC a model could reach from the features it is given.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.oracle_headroom --preset small
+    GEM_HOME=lakehouse-small python -m bench.research.oracle_headroom --preset small
 
 The synthetic world's true click logit has one term no feature of the FeatureSpec reveals: the
 ad's trend drift on the day (a static model, trained on earlier days, has no clock: the best it
 can learn is the ad's mean drift over the training days). Replacing it in the true logit by what a
 perfect static model could know gives the oracle restricted to the features. The rows without the
-position term show what the logged slot (a context feature since commit 5dd7a93) is worth to the oracle.
+position term show what the logged slot (one of the context features) is worth to the oracle.
 """
 
 from __future__ import annotations

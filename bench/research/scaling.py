@@ -2,10 +2,10 @@
 
 `gem-mlp`, GEM's ladder with MLP interaction layers in place of Wukong's, is Wukong's ablation at every size.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.scaling --preset small --seeds 0,1 \
+    GEM_HOME=lakehouse-small python -m bench.research.scaling --preset small --seeds 0,1 \
         --out docs/scaling.json --plot docs/scaling.png
-    GEM_HOME=/tmp/gem-small python -m bench.research.scaling --preset small --seeds 0,1 --rungs xs,s,m
-    GEM_HOME=/tmp/gem-small python -m bench.research.scaling --preset small --seeds 0,1 --rungs l \\
+    GEM_HOME=lakehouse-small python -m bench.research.scaling --preset small --seeds 0,1 --rungs xs,s,m
+    GEM_HOME=lakehouse-small python -m bench.research.scaling --preset small --seeds 0,1 --rungs l \\
         --window-days 1,2,4,0 \
         --out docs/scaling_data_l.json --plot docs/scaling_data_l.png
 

@@ -1,6 +1,6 @@
 """How many of each feature's values share an embedding row in the lake's training examples.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.shared_rows --preset small
+    GEM_HOME=lakehouse-small python -m bench.research.shared_rows --preset small
 
 A model cannot tell apart two values that the feature tables mapped to one row (`<feature>_idx`,
 `SparseFeature.encoding`). This reads each feature's raw column and its row column from

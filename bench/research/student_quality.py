@@ -1,8 +1,8 @@
 """Student models on one lake: per-surface NE / AUC of labels-only, KD and Student Adapter students.
 
-    GEM_HOME=/tmp/gem-small python -m bench.research.student_quality --preset small --seeds 0,1,2 \\
-        --out /tmp/student_small.json
-    GEM_HOME=/tmp/gem-tiny python -m bench.research.student_quality --preset tiny
+    GEM_HOME=lakehouse-small python -m bench.research.student_quality --preset small --seeds 0,1,2 \\
+        --out student_small.json
+    GEM_HOME=lakehouse-tiny python -m bench.research.student_quality --preset tiny
 
 Builds the feature tables when the lake has none (`jobs.build_features`); trains the GEM teacher
 with the real training job when it is missing (`bench/research/model_quality.py`'s `gem` variant, or

@@ -9,16 +9,16 @@ attention pyramid) exchange summaries at every layer instead of meeting once at 
               s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
               X_{i+1} = Wukong_i(concat(X_i, s_i))
 
-The output is flatten(X_last) ++ flatten(s_last). By default (`interleave=False`, since the events'
-match rows made the exchange level on clicks and a loss on conversions: docs/MODEL.md) the pyramid
-runs with learned CLS tokens and no personalisation, and its summary joins only at the top. Ablations
+The output is flatten(X_last) ++ flatten(s_last). By default (`interleave=False`: with the events'
+match rows the exchange does not pay, docs/MODEL.md) the pyramid runs with learned CLS tokens and no
+personalisation, and its summary joins only at the top. Ablations
 (ModelConfig): `use_wukong=False` swaps each Wukong layer for an MLP layer of the same output shape;
 `use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
 `SequenceConfig.candidate_token` adds the target ad to every layer's CLS tokens as a token of the events'
 own space (target-aware attention), carried from layer to layer; `match_candidate` marks each event whose
 attributes equal the target ad's.
 Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
-are switched on by config, each off by default until an ablation shows it pays (docs/MODEL.md).
+are switched on by config, each off by default (docs/MODEL.md says why).
 """
 
 from __future__ import annotations

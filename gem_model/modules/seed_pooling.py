@@ -6,7 +6,7 @@ never copied per row, nothing is padded). There are more seeds than output token
 overcomplete. Stage two: `SumKronLinear` compresses the S seeds to `hsp_tokens` embeddings with a sum of
 `hsp_rank` Kronecker-factored maps, Y_b = sum_i Z_iᵀ X_b W_i. That costs k(S·T + Ds·D) parameters, not
 S·Ds·T·D, and keeps the joint seed-by-dimension structure that separate seed and dimension maps would lose.
-The public write-ups leave the sizes open; ours are config (docs/KUNLUN_NOTES.md §3).
+The public write-ups leave the sizes open; ours are config (docs/experiments/2026-12-04-kunlun-reading-notes.md §3).
 """
 
 from __future__ import annotations

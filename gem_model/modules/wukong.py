@@ -76,7 +76,7 @@ class WukongExperts(nn.Module):
     """Kunlun's Mixture of Wukong Experts: the n_in embeddings split into `n_experts` contiguous groups, each
     mixed by its own Wukong layer into an equal share of the n_F + n_L outputs, concatenated. No router: a
     dense partition whose experts are independent, so expert parallelism can place them on different
-    devices (the write-ups name no gating; docs/KUNLUN_NOTES.md §7)."""
+    devices (the write-ups name no gating; docs/experiments/2026-12-04-kunlun-reading-notes.md §7)."""
 
     def __init__(self, n_in: int, dim: int, config: WukongConfig) -> None:
         super().__init__()
