@@ -28,6 +28,7 @@ from pathlib import Path
 from model_quality import variant_version  # bench/ is on sys.path when run as a script
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
+from gem_model.paths import GemPaths
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +88,7 @@ def main() -> None:
     from dagster_project.resources.spark import SparkResource
     from jobs.export_tables import write_user_input
 
-    lake = LakeResource(home=os.environ["GEM_HOME"], preset=args.preset)
+    lake = LakeResource(home=str(GemPaths.from_env().home), preset=args.preset)
     cfg, paths = lake.config, lake.paths
     ds = args.ds or cfg.world.days[-1]
     version = args.model_version or variant_version(cfg, "gem")
