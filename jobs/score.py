@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -37,7 +35,6 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
-from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 
 from gem_model.config import ExportConfig, GemConfig
 from gem_model.data.loader import ds_filter, open_delta, rank_fragments, scan_rank
@@ -45,6 +42,7 @@ from gem_model.export.checkpoint import LoadedModel, load_model
 from gem_model.export.layout import SUCCESS_FILE
 from gem_model.export.scoring import score_embeddings, score_impressions
 from gem_model.paths import GemPaths
+from gem_model.pipes import open_pipes
 from gem_model.train.trainer import DistEnv, init_distributed
 
 
@@ -144,9 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     export = GemConfig.from_dict({"export": json.loads(args.export_config)}).export
     env = init_distributed()
-    pipes_cm = (open_dagster_pipes() if env.rank == 0 and DAGSTER_PIPES_CONTEXT_ENV_VAR in os.environ
-                else nullcontext(None))
-    with pipes_cm as pipes:
+    with open_pipes(reports=env.rank == 0) as pipes:
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:

@@ -19,16 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
-from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 from deltalake import DeltaTable
 
 from gem_model.config import GemConfig
@@ -36,6 +33,7 @@ from gem_model.distill.artefact import student_version, write_student
 from gem_model.distill.data import StudentCalendar, load_student_data
 from gem_model.distill.variants import train_students
 from gem_model.paths import GemPaths
+from gem_model.pipes import open_pipes
 from gem_model.train.manifest import read_manifest
 from gem_model.train.trainer import finite
 
@@ -92,8 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     # The students' ops are far too small for intra-op threads, which only contend: on a loaded
     # 2-core machine two threads made a training step ~50x slower than one (~300 ms against ~4 ms).
     torch.set_num_threads(1)
-    pipes_cm = open_dagster_pipes() if DAGSTER_PIPES_CONTEXT_ENV_VAR in os.environ else nullcontext(None)
-    with pipes_cm as pipes:
+    with open_pipes() as pipes:
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:
