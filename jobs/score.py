@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from contextlib import nullcontext
 from datetime import date
 from pathlib import Path
 
 import torch.distributed as dist
-from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 
 from gem_model.config import GemConfig
 from gem_model.export.batch import score_day
 from gem_model.paths import GemPaths
+from gem_model.pipes import open_pipes
 from gem_model.train.trainer import init_distributed
 
 
@@ -47,9 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     export = GemConfig.from_dict({"export": json.loads(args.export_config)}).export
     env = init_distributed()
-    pipes_cm = (open_dagster_pipes() if env.rank == 0 and DAGSTER_PIPES_CONTEXT_ENV_VAR in os.environ
-                else nullcontext(None))
-    with pipes_cm as pipes:
+    with open_pipes(reports=env.rank == 0) as pipes:
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:

@@ -24,20 +24,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
-from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch.distributed as dist
-from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 from torch.utils.tensorboard import SummaryWriter
 
 from gem_model.config import GemConfig
 from gem_model.data.loader import ExampleStream
 from gem_model.integrity import file_digests
+from gem_model.pipes import open_pipes
 from gem_model.train.trainer import (
     Checkpoints,
     build_sharded_model,
@@ -63,9 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cfg = GemConfig.from_dict(json.loads(args.config.read_text()))
     env = init_distributed()
-    pipes_cm = (open_dagster_pipes() if env.rank == 0 and DAGSTER_PIPES_CONTEXT_ENV_VAR in os.environ
-                else nullcontext(None))
-    with pipes_cm as pipes:
+    with open_pipes(reports=env.rank == 0) as pipes:
         def log(message: str) -> None:
             if env.rank != 0:
                 return

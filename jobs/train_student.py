@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 
 from gem_model.config import GemConfig
 from gem_model.distill.training import train
 from gem_model.paths import GemPaths
+from gem_model.pipes import open_pipes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,8 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     # The students' ops are far too small for intra-op threads, which only contend: on a loaded
     # 2-core machine two threads made a training step ~50x slower than one (~300 ms against ~4 ms).
     torch.set_num_threads(1)
-    pipes_cm = open_dagster_pipes() if DAGSTER_PIPES_CONTEXT_ENV_VAR in os.environ else nullcontext(None)
-    with pipes_cm as pipes:
+    with open_pipes() as pipes:
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:

@@ -3,6 +3,7 @@
 import json
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -11,6 +12,14 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 # The end-to-end lake: tiny, 4 days (2 of them the holdout the export scores).
 PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
+
+
+def system_test_unavailable(problem: str) -> NoReturn:
+    """Skip the calling test (or module) for a system tool or setup this machine lacks, or fail it where
+    GEM_REQUIRE_SYSTEM_TESTS=1 (CI, which installs them all: every system test must run)."""
+    if os.environ.get("GEM_REQUIRE_SYSTEM_TESTS") == "1":
+        pytest.fail(problem)
+    pytest.skip(problem)
 
 
 def real_data_root() -> Path:

@@ -33,6 +33,7 @@ import pytest
 
 from dagster_project.run_monitoring import ensure_instance_config
 from gem_model.config import GemConfig
+from tests.conftest import system_test_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER, DRIVER = "chromium", "chromedriver"
@@ -57,9 +58,7 @@ def _require_system_tools() -> tuple[str, str]:
         except ImportError:
             problem = "selenium is not installed: pip install --no-deps -r requirements.lock"
     if problem:
-        if os.environ.get("GEM_REQUIRE_SYSTEM_TESTS") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+        system_test_unavailable(problem)
     return found[BROWSER], found[DRIVER]
 
 

@@ -26,6 +26,8 @@ import pytest
 
 from dagster_project.code_location_runs import CodeLocationRuns
 from dagster_project.run_monitoring import INSTANCE_CONFIG
+from gem_model.paths import GemPaths
+from tests.conftest import system_test_unavailable
 
 pytestmark = pytest.mark.dist  # a database server, a code server and a run worker
 PASSWORD_VARIABLE = "GEM_TEST_POSTGRES_PASSWORD"
@@ -74,9 +76,7 @@ def postgres() -> Iterator[Postgres]:
                       or subprocess.run(["id", "postgres"], capture_output=True).returncode != 0):
         problem = "running as root, with no `postgres` user (or no runuser) to run PostgreSQL as"
     if problem:
-        if os.environ.get("GEM_REQUIRE_SYSTEM_TESTS") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+        system_test_unavailable(problem)
     as_server = ["runuser", "-u", "postgres", "--"] if as_root else []
     # Not under pytest's tmp dir: as root that is mode 0700, which the postgres user cannot enter.
     root = Path(tempfile.mkdtemp(prefix="gem-postgres-"))
@@ -143,7 +143,7 @@ code_servers:
 
 
 def test_a_code_location_run_is_stored_in_postgres(postgres, gem_home, tmp_path, monkeypatch):
-    dagster_home = Path(os.environ["DAGSTER_HOME"])
+    dagster_home = GemPaths.from_env().dagster_home
     (dagster_home / "dagster.yaml").write_text(_instance_config(postgres))
     monkeypatch.setenv(PASSWORD_VARIABLE, postgres.password)  # the code server and run worker inherit it
     # Another DAGSTER_HOME with the same dagster.yaml, as on another host.

@@ -21,6 +21,7 @@ import pytest
 from dagster_project.definitions import build_definitions
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher, JobLaunchError, SlurmTorchrunLauncher, scontrol_job
+from tests.conftest import system_test_unavailable
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch")
 pytestmark = pytest.mark.dist
@@ -70,9 +71,7 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
     if missing:
         message = f"Slurm is not installed ({', '.join(missing)} missing): run .ci/system_packages.sh"
-        if os.environ.get("GEM_REQUIRE_SYSTEM_TESTS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        system_test_unavailable(message)
     root = tmp_path_factory.mktemp("slurm")
     for folder in ("state", "spool"):
         (root / folder).mkdir()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.common import REPO, variant_version
 from dagster_project.resources.launchers import LocalTorchrunLauncher
+from gem_model.paths import GemPaths
 
 
 def naive_rows_per_second(paths, version: str, ds: date, rows: int) -> float:
@@ -84,7 +85,7 @@ def main() -> None:
     from dagster_project.resources.spark import SparkResource
     from gem_lake.export_tables import write_user_input
 
-    lake = LakeResource(home=os.environ["GEM_HOME"], preset=args.preset)
+    lake = LakeResource(home=str(GemPaths.from_env().home), preset=args.preset)
     cfg, paths = lake.config, lake.paths
     ds = args.ds or cfg.world.days[-1]
     version = args.model_version or variant_version(cfg, "gem")

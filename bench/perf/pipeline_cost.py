@@ -26,7 +26,7 @@ from dagster_project.definitions import build_definitions  # noqa: E402
 from dagster_project.demo import in_process, instance_for, run_pipeline  # noqa: E402
 from dagster_project.resources.lake import LakeResource  # noqa: E402
 from gem_lake.sources import data_dir, dataset_folder  # noqa: E402
-from gem_lake.spark.session import build_spark_session  # noqa: E402
+from gem_lake.spark.session import SparkSettings, build_spark_session  # noqa: E402
 from gem_model.config import DATA_SOURCES, GemConfig  # noqa: E402
 from gem_model.testing.samples import head_copy, sample_overrides  # noqa: E402
 
@@ -61,7 +61,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                      "spark_conf": os.environ.get("GEM_SPARK_CONF", ""), "runs": runs}, indent=2))
+                      "spark_conf": SparkSettings.from_env().extra_conf, "runs": runs}, indent=2))
 
 
 if __name__ == "__main__":

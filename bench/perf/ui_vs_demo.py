@@ -58,7 +58,7 @@ def _fresh(root: Path, preset: str) -> LakeResource:
     """A fresh lake and instance under `root`, made the process's (and so its code servers') environment."""
     shutil.rmtree(root, ignore_errors=True)
     os.environ.update(GEM_HOME=str(root / "gem"), DAGSTER_HOME=str(root / "gem" / "dagster"), GEM_PRESET=preset)
-    for name in ("GEM_CONFIG", "GEM_DATA_SOURCE"):
+    for name in ("GEM_CONFIG", "GEM_DATA_SOURCE", "GEM_SOURCE_MAPPING"):
         os.environ.pop(name, None)
     return LakeResource.from_env()
 
@@ -99,8 +99,8 @@ def demo_path(root: Path, preset: str, day: str) -> dict[str, float]:
 class DagsterDev:
     """`dagster dev -w workspace.yaml` on 127.0.0.1 and a free port, in its own process group."""
 
-    def __init__(self, log: Path) -> None:
-        ensure_instance_config(Path(os.environ["DAGSTER_HOME"]))
+    def __init__(self, dagster_home: Path, log: Path) -> None:
+        ensure_instance_config(dagster_home)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.url = f"http://127.0.0.1:{s.getsockname()[1]}"
@@ -172,9 +172,9 @@ class DagsterDev:
 
 def ui_path(root: Path, preset: str, day: str) -> dict[str, float]:
     """The partition launched through the UI's webserver (after the dimensions, untimed)."""
-    _fresh(root, preset)
+    lake = _fresh(root, preset)
     root.mkdir(parents=True)
-    ui = DagsterDev(root / "dagster-dev.log")
+    ui = DagsterDev(lake.paths.dagster_home, root / "dagster-dev.log")
     try:
         ui.wait_served()
         ui.wait(ui.launch(DIMENSIONS, None))
