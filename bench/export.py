@@ -29,8 +29,6 @@ from model_quality import variant_version  # bench/ is on sys.path when run as a
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def naive_rows_per_second(paths, version: str, ds: date, rows: int) -> float:
     from gem_model.data.loader import ds_filter, open_delta
@@ -49,9 +47,9 @@ def scoring_run(version: str, ds: date, users: Path, out: Path, nproc: int) -> d
     shutil.rmtree(out, ignore_errors=True)
     args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(users), "--out", str(out)]
     launcher = LocalTorchrunLauncher()
-    command = launcher.command("jobs/score.py", args, nproc) if nproc > 1 else [sys.executable, "jobs/score.py", *args]
+    command = launcher.command("jobs.score", args, nproc) if nproc > 1 else [sys.executable, "-m", "jobs.score", *args]
     started = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True, env=launcher.environment(nproc), stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=launcher.environment(nproc), stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
     rows = sum(json.loads((out / "_SUCCESS.json").read_text())["rows"].values())
     return {"seconds": seconds, "rows": rows, "rows_per_second": rows / seconds}
