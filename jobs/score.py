@@ -2,11 +2,11 @@
 
 Local, 2 CPU processes::
 
-    torchrun --standalone --nproc-per-node 2 jobs/score.py --model-version V --ds 2026-11-06 \\
+    torchrun --standalone --nproc-per-node 2 -m jobs.score --model-version V --ds 2026-11-06 \\
         --users $GEM_HOME/staging/score/V/2026-11-06/input/users --out $GEM_HOME/staging/score/V/2026-11-06/output
 
 Multi-node: the same command with `--nnodes N --node-rank I --rdzv-backend c10d --rdzv-endpoint
-HOST:29400 --rdzv-id JOB`. Single process: `python jobs/score.py ...`.
+HOST:29400 --rdzv-id JOB`. Single process: `python -m jobs.score ...`.
 
 Inputs: `--users`, the users' scoring input (silver.user_features joined with gold.user_sequences as of
 `ds`, written by Spark: `jobs.export_tables.write_user_input`), `silver.ad_features`, and

@@ -2,12 +2,12 @@
 
 Local, 2 CPU processes (gloo)::
 
-    torchrun --standalone --nproc-per-node 2 jobs/train.py --config CONFIG.json \\
+    torchrun --standalone --nproc-per-node 2 -m jobs.train --config CONFIG.json \\
         --data $GEM_HOME/lake/gold/training_examples --data-version 3 --model-dir $GEM_HOME/models/V
 
 Multi-node: run the same command on each node with `--nnodes N --node-rank I
 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id JOB` instead of `--standalone`
-(nccl is chosen automatically on CUDA). Single process: `python jobs/train.py ...`.
+(nccl is chosen automatically on CUDA). Single process: `python -m jobs.train ...`.
 
 Training uses the days before `world.holdout_start` (the last `train.window_days` of them when set);
 metrics are computed on the holdout days. When launched by Dagster Pipes, rank 0 streams its log lines

@@ -1,7 +1,7 @@
 """Train the per-surface student models of one teacher version; one process, CPU.
 
-    python jobs/train_student.py --model-version gem-tiny-<fingerprint>-d<N>
-    python jobs/train_student.py --model-version V --config CONFIG.json --out $GEM_HOME/students/S
+    python -m jobs.train_student --model-version gem-tiny-<fingerprint>-d<N>
+    python -m jobs.train_student --model-version V --config CONFIG.json --out $GEM_HOME/students/S
 
 Reads `gold.training_examples` of the days after the teacher's training window with that
 version's `gold.teacher_logits`, `gold.user_embeddings` and `gold.ad_embeddings` (materialise

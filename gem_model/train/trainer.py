@@ -63,7 +63,7 @@ def init_distributed() -> DistEnv:
     if not dist.is_initialized():
         if "RANK" in os.environ:
             dist.init_process_group(backend=backend)
-        else:  # plain `python jobs/train.py`: a world of one, whose in-process store takes no port
+        else:  # plain `python -m jobs.train`: a world of one, whose in-process store takes no port
             dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return DistEnv(dist.get_rank(), dist.get_world_size(), device, backend)
 
