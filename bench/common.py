@@ -129,7 +129,7 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
         launcher, nproc = LocalTorchrunLauncher(), variant.train.nproc
         args = ["--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
                 "--data-version", str(data_version), "--model-dir", str(model_dir)]
-        subprocess.run(launcher.command("jobs/train.py", args, nproc), check=True, env=launcher.environment(nproc),
+        subprocess.run(launcher.command("jobs.train", args, nproc), check=True, env=launcher.environment(nproc),
                        cwd=REPO)
     manifest = json.loads((model_dir / "manifest.json").read_text())
     if (trained_on := manifest["training_data"]["delta_version"]) != data_version:

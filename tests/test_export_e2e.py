@@ -52,7 +52,7 @@ def _score(lake, spark, out: Path, nproc: int, version: str) -> subprocess.Compl
         write_user_input(spark, lake.paths, lake.config.features, date.fromisoformat(DAY), users, 4)
     args = ["--model-version", version, "--ds", DAY, "--users", str(users), "--out", str(out)]
     launcher = LocalTorchrunLauncher()
-    return subprocess.run(launcher.command("jobs/score.py", args, nproc), env=launcher.environment(nproc),
+    return subprocess.run(launcher.command("jobs.score", args, nproc), env=launcher.environment(nproc),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -108,9 +108,9 @@ def _content(spark, lake, table: str, version: str):
 class KillingLauncher(JobLauncher):
     """Starts the real scoring job, SIGKILLs its agent and workers once a rank has written output."""
 
-    def launch(self, context, script, args, nproc):
+    def launch(self, context, module, args, nproc):
         local = LocalTorchrunLauncher()
-        proc = subprocess.Popen(local.command(script, args, nproc), env=local.environment(nproc),
+        proc = subprocess.Popen(local.command(module, args, nproc), env=local.environment(nproc),
                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out = Path(args[args.index("--out") + 1])
         deadline = time.monotonic() + 300
@@ -121,7 +121,7 @@ class KillingLauncher(JobLauncher):
         for pid in [*map(int, workers), proc.pid]:
             os.kill(pid, signal.SIGKILL)
         proc.wait()
-        raise JobLaunchError(f"{script} was killed")
+        raise JobLaunchError(f"{module} was killed")
 
 
 def _export(lake, instance, version: str, launcher: JobLauncher | None = None) -> dg.ExecuteInProcessResult:

@@ -70,7 +70,7 @@ def validate_model(data: Any, type_name: str, where: str = "PyTorchJob") -> None
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_pytorchjobs_validate_against_the_training_operators_models(variant):
-    job = launcher("PyTorchJob", **VARIANTS[variant]).render("jobs/train.py", ["--config", "c.json"], nproc=2,
+    job = launcher("PyTorchJob", **VARIANTS[variant]).render("jobs.train", ["--config", "c.json"], nproc=2,
                                                             run_id="run-1")
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     validate_model(job, "KubeflowOrgV1PyTorchJob")
@@ -78,7 +78,7 @@ def test_pytorchjobs_validate_against_the_training_operators_models(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_indexed_jobs_and_their_services_validate_against_the_kubernetes_api(variant):
-    manifest = launcher("IndexedJob", **VARIANTS[variant]).render("jobs/score.py", ["--ds", "2026-11-05"], nproc=1,
+    manifest = launcher("IndexedJob", **VARIANTS[variant]).render("jobs.score", ["--ds", "2026-11-05"], nproc=1,
                                                                   run_id="run-1")
     assert (manifest["apiVersion"], manifest["kind"]) == ("v1", "List")  # kubectl's list, not an API object
     for item in manifest["items"]:
@@ -86,15 +86,15 @@ def test_indexed_jobs_and_their_services_validate_against_the_kubernetes_api(var
 
 
 def test_the_validators_reject_a_field_the_api_does_not_have():
-    job = launcher("PyTorchJob").render("jobs/train.py", [], nproc=1, run_id="run-1")
+    job = launcher("PyTorchJob").render("jobs.train", [], nproc=1, run_id="run-1")
     job["spec"]["nprocsPerNode"] = job["spec"].pop("nprocPerNode")
     with pytest.raises(SchemaError, match="nprocsPerNode"):
         validate_model(job, "KubeflowOrgV1PyTorchJob")
-    job = launcher("PyTorchJob").render("jobs/train.py", [], nproc=1, run_id="run-1")
+    job = launcher("PyTorchJob").render("jobs.train", [], nproc=1, run_id="run-1")
     job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["workdir"] = "/app"
     with pytest.raises(SchemaError, match="workdir"):
         validate_model(job, "KubeflowOrgV1PyTorchJob")
-    service, indexed = launcher("IndexedJob").render("jobs/train.py", [], nproc=1, run_id="run-1")["items"]
+    service, indexed = launcher("IndexedJob").render("jobs.train", [], nproc=1, run_id="run-1")["items"]
     indexed["spec"]["completions"] = "two"
     with pytest.raises(SchemaError, match="'two' is not of type 'integer'"):
         validate_core(indexed)

@@ -68,7 +68,7 @@ def free_port() -> int:
 def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
     launcher = k8s_launcher(nnodes=3, gpus=8, cpu="32", memory="256Gi", service_account="trainer",
                             namespace="ml", env={"NCCL_DEBUG": "WARN"})
-    job = launcher.render("jobs/train.py", TRAIN_ARGS, nproc=8, run_id=RUN_ID)
+    job = launcher.render("jobs.train", TRAIN_ARGS, nproc=8, run_id=RUN_ID)
 
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     name = job["metadata"]["name"]
@@ -82,8 +82,9 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
         [container] = containers(pod)
         assert container["name"] == "pytorch"
         assert container["command"] == [
-            "torchrun", "--nnodes=3", "--nproc-per-node=8", "--node-rank=$(RANK)", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=$(MASTER_ADDR):29400", f"--rdzv-id={name}", "jobs/train.py", *TRAIN_ARGS]
+            "torchrun", "--nnodes=3", "--node-rank=$(RANK)", "--nproc-per-node=8", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=$(MASTER_ADDR):29400", f"--rdzv-id={name}", "-m", "jobs.train", *TRAIN_ARGS]
+        assert "workingDir" not in container  # the image's WORKDIR: the module is found in its environment
         assert container["resources"]["limits"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
         assert {"name": "pytorchjob-port", "containerPort": 29400} in container["ports"]
         env = {e["name"]: e["value"] for e in container["env"]}
@@ -95,7 +96,7 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
 
 
 def test_single_node_pytorchjob_has_no_workers_and_nproc_defaults_to_the_assets():
-    job = k8s_launcher().render("jobs/score.py", ["--ds", "2026-11-03"], nproc=2, run_id=RUN_ID)
+    job = k8s_launcher().render("jobs.score", ["--ds", "2026-11-03"], nproc=2, run_id=RUN_ID)
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
     assert job["spec"]["nprocPerNode"] == "2"
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
@@ -105,34 +106,34 @@ def test_single_node_pytorchjob_has_no_workers_and_nproc_defaults_to_the_assets(
 
 
 def test_one_rank_per_pod_takes_the_pods_cpus_and_env_can_pin_the_threads():
-    job = k8s_launcher(nproc_per_node=1).render("jobs/train.py", [], nproc=4, run_id=RUN_ID)
+    job = k8s_launcher(nproc_per_node=1).render("jobs.train", [], nproc=4, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert {"name": "OMP_NUM_THREADS", "valueFrom": {"resourceFieldRef": {
         "containerName": "pytorch", "resource": "limits.cpu", "divisor": "1"}}} in container["env"]
-    job = k8s_launcher(cpu="7500m", nproc_per_node=2).render("jobs/train.py", [], nproc=1, run_id=RUN_ID)
+    job = k8s_launcher(cpu="7500m", nproc_per_node=2).render("jobs.train", [], nproc=1, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert {"name": "OMP_NUM_THREADS", "value": "3"} in container["env"]
-    job = k8s_launcher(env={"OMP_NUM_THREADS": "16"}).render("jobs/train.py", [], nproc=2, run_id=RUN_ID)
+    job = k8s_launcher(env={"OMP_NUM_THREADS": "16"}).render("jobs.train", [], nproc=2, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert [e for e in container["env"] if e["name"] == "OMP_NUM_THREADS"] == [
         {"name": "OMP_NUM_THREADS", "value": "16"}]
 
 
 def test_a_single_process_job_runs_once_on_one_node_whatever_the_launchers_nodes(tmp_path):
-    job = k8s_launcher(nnodes=3, nproc_per_node=8).single_process().render("jobs/train_student.py", ["--x"], nproc=1,
+    job = k8s_launcher(nnodes=3, nproc_per_node=8).single_process().render("jobs.train_student", ["--x"], nproc=1,
                                                                            run_id=RUN_ID)
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert "--nnodes=1" in container["command"] and "--nproc-per-node=1" in container["command"]
     script = SlurmTorchrunLauncher(gem_home=str(tmp_path), nnodes=4, nproc_per_node=8).single_process().render(
-        "jobs/train_student.py", ["--x"], nproc=1, run_id=RUN_ID)
+        "jobs.train_student", ["--x"], nproc=1, run_id=RUN_ID)
     assert "#SBATCH --nodes=1" in script and "--nproc-per-node=1" in script
     assert LocalTorchrunLauncher().single_process() == LocalTorchrunLauncher()
 
 
 def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous(tmp_path):
     manifest = k8s_launcher(kind="IndexedJob", nnodes=4, gpus=2, nproc_per_node=2, rdzv_port=29500).render(
-        "jobs/train.py", TRAIN_ARGS, nproc=1, run_id=RUN_ID)
+        "jobs.train", TRAIN_ARGS, nproc=1, run_id=RUN_ID)
 
     assert (manifest["apiVersion"], manifest["kind"]) == ("v1", "List")
     service, job = manifest["items"]
@@ -157,9 +158,9 @@ def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous
         lookups = []
         words = run_shell(shell, {"JOB_COMPLETION_INDEX": index}, tmp_path, lookups)
         assert words == [
-            "torchrun", "--nnodes=4", "--nproc-per-node=2", f"--node-rank={index}", "--rdzv-backend=c10d",
+            "torchrun", "--nnodes=4", f"--node-rank={index}", "--nproc-per-node=2", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={name}", f"--rdzv-conf=is_host={is_host}",
-            "jobs/train.py", *TRAIN_ARGS]
+            "-m", "jobs.train", *TRAIN_ARGS]
         assert lookups == ([f"hosts {name}-0.{name}"] if waits else [])
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert {"name": "gem-home", "mountPath": "/gem"} in container["volumeMounts"]
@@ -180,12 +181,24 @@ def run_shell(shell: str, env: dict[str, str], bin_dir: Path, lookups: list[str]
     return out.stdout.splitlines()
 
 
+def test_launchers_start_modules_not_script_paths():
+    assert LocalTorchrunLauncher().command("jobs.train", ["--x"], nproc=2)[-5:] == [
+        "--standalone", "--nproc-per-node=2", "-m", "jobs.train", "--x"]
+    refused = r"module='jobs/train.py' is not a Python module name: launchers start modules, e.g. 'jobs.train'"
+    with pytest.raises(ValueError, match=refused):
+        LocalTorchrunLauncher().command("jobs/train.py", [], nproc=1)
+    with pytest.raises(ValueError, match=refused):
+        k8s_launcher().render("jobs/train.py", [], 1, RUN_ID)
+    with pytest.raises(ValueError, match=refused):
+        SlurmTorchrunLauncher(gem_home="/gem").render("jobs/train.py", [], 1, RUN_ID)
+
+
 def test_job_names_are_dns_labels_unique_per_launch():
-    names = {job_name("jobs/My_Score.py", ["--ds", ds], "EPHEMERAL_Run" * 9) for ds in ("2026-11-01", "2026-11-02")}
+    names = {job_name("jobs.My_Score", ["--ds", ds], "EPHEMERAL_Run" * 9) for ds in ("2026-11-01", "2026-11-02")}
     assert len(names) == 2
     for name in names:
         assert DNS_LABEL.fullmatch(name) and len(name) <= 52 and name.startswith("gem-my-score-ephemeral-run")
-    assert job_name("jobs/train.py", TRAIN_ARGS, RUN_ID) == job_name("jobs/train.py", TRAIN_ARGS, RUN_ID)
+    assert job_name("jobs.train", TRAIN_ARGS, RUN_ID) == job_name("jobs.train", TRAIN_ARGS, RUN_ID)
 
 
 def test_rendered_specs_carry_the_pipes_session_env(tmp_path):
@@ -197,8 +210,8 @@ def test_rendered_specs_carry_the_pipes_session_env(tmp_path):
                                    message_reader=dg.PipesFileMessageReader(str(messages))) as session:
             env = session.get_bootstrap_env_vars()
             rendered["env"] = env
-            rendered["k8s"] = k8s_launcher().render("jobs/train.py", [], 1, context.run_id, env=env)
-            rendered["slurm"] = SlurmTorchrunLauncher(gem_home="/gem").render("jobs/train.py", [], 1,
+            rendered["k8s"] = k8s_launcher().render("jobs.train", [], 1, context.run_id, env=env)
+            rendered["slurm"] = SlurmTorchrunLauncher(gem_home="/gem").render("jobs.train", [], 1,
                                                                                context.run_id, env=env)
         return dg.MaterializeResult()
 
@@ -221,8 +234,8 @@ def test_sbatch_script_has_directives_and_srun_torchrun_per_node():
                                      extra_directives=["exclusive", "--qos=high"], python="/shared/venv/bin/python",
                                      workdir="/shared/gem-pipeline", env={"NCCL_DEBUG": "WARN"})
     args = ["--config", "/shared/gem/staging/train/it's v1.json"]
-    script = launcher.render("jobs/train.py", args, nproc=8, run_id=RUN_ID)
-    name = job_name("jobs/train.py", args, RUN_ID)
+    script = launcher.render("jobs.train", args, nproc=8, run_id=RUN_ID)
+    name = job_name("jobs.train", args, RUN_ID)
 
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -238,12 +251,12 @@ def test_sbatch_script_has_directives_and_srun_torchrun_per_node():
     words = shlex.split(srun)
     assert words[:6] == ["srun", "--ntasks-per-node=1", "--cpus-per-task=$SLURM_CPUS_ON_NODE", "--kill-on-bad-exit=1",
                          "bash", "-c"]
-    # What each node's bash runs: torchrun with the rendezvous on the first node, then script + args.
+    # What each node's bash runs: torchrun with the rendezvous on the first node, then the module + args.
     torchrun = shlex.split(words[6])
     assert torchrun == [
         "exec", "/shared/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=$SLURM_NNODES",
         "--node-rank=$SLURM_NODEID", "--nproc-per-node=8", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=$GEM_RDZV_HOST:29400", "--rdzv-id=$SLURM_JOB_ID", "jobs/train.py", *args]
+        "--rdzv-endpoint=$GEM_RDZV_HOST:29400", "--rdzv-id=$SLURM_JOB_ID", "-m", "jobs.train", *args]
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -290,34 +303,51 @@ def test_gem_launcher_errors_name_the_variable_and_the_fix(tmp_path, monkeypatch
 
 def test_render_rejects_non_positive_node_counts():
     with pytest.raises(ValueError, match=r"KubernetesTorchrunLauncher.nnodes=0"):
-        k8s_launcher(nnodes=0).render("jobs/train.py", [], 1, RUN_ID)
+        k8s_launcher(nnodes=0).render("jobs.train", [], 1, RUN_ID)
     with pytest.raises(ValueError, match=r"SlurmTorchrunLauncher.gpus_per_node=0"):
-        SlurmTorchrunLauncher(gem_home="/gem", gpus_per_node=0).render("jobs/train.py", [], 1, RUN_ID)
+        SlurmTorchrunLauncher(gem_home="/gem", gpus_per_node=0).render("jobs.train", [], 1, RUN_ID)
 
 
 def test_kubernetes_launch_without_the_client_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # makes `import kubernetes` raise ImportError
     with pytest.raises(ImportError, match=r"pip install kubernetes"):
-        k8s_launcher().launch(dg.build_asset_context(), "jobs/train.py", [], nproc=1)
+        k8s_launcher().launch(dg.build_asset_context(), "jobs.train", [], nproc=1)
 
 
 def test_slurm_launch_without_sbatch_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"'sbatch' is not on PATH.*GEM_LAUNCHER=local"):
-        SlurmTorchrunLauncher(gem_home=str(tmp_path)).launch(dg.build_asset_context(), "jobs/train.py", [], nproc=1)
+        SlurmTorchrunLauncher(gem_home=str(tmp_path)).launch(dg.build_asset_context(), "jobs.train", [], nproc=1)
 
 
-def probe_asset(script: Path) -> dg.AssetsDefinition:
-    @dg.asset
-    def probe(context: dg.AssetExecutionContext, launcher: JobLauncher) -> dg.MaterializeResult:
-        return launcher.launch(context, str(script), PROBE_ARGS, nproc=2).get_materialize_result()
+@dg.asset
+def launched_probe(context: dg.AssetExecutionContext, launcher: JobLauncher) -> dg.MaterializeResult:
+    """The module `probe` on two ranks: PIPES_PROBE, where a test wrote it (`write_probe`)."""
+    return launcher.launch(context, "probe", PROBE_ARGS, nproc=2).get_materialize_result()
 
-    return probe
+
+def write_probe(directory: Path) -> str:
+    """`probe.py` in `directory`, from which `-m probe` finds it when it is the launch's working directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "probe.py").write_text(PIPES_PROBE)
+    return str(directory)
 
 
 def materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
     [event] = result.get_asset_materialization_events()
     return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+@pytest.mark.dist
+def test_local_launch_runs_the_module_under_torchrun_through_pipes(tmp_path, monkeypatch):
+    monkeypatch.chdir(write_probe(tmp_path / "code"))  # the workers start in this process's working directory
+    monkeypatch.setenv("GEM_HOME", str(tmp_path / "gem"))
+
+    result = dg.materialize([launched_probe], resources={"launcher": LocalTorchrunLauncher()})
+
+    assert result.success
+    assert materialized_metadata(result) == {"world_size": 2, "argv": " | ".join(PROBE_ARGS),
+                                             "gem_home": str(tmp_path / "gem")}
 
 
 # Stand-ins for the Slurm client tools on a one-node "cluster": sbatch runs the batch script here.
@@ -347,12 +377,11 @@ def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch):
         (bin_dir / tool).write_text(text)
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    script = tmp_path / "probe.py"
-    script.write_text(PIPES_PROBE)
     gem_home = tmp_path / "gem"
-    launcher = SlurmTorchrunLauncher(gem_home=str(gem_home), rdzv_port=free_port())
+    launcher = SlurmTorchrunLauncher(gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"),
+                                     rdzv_port=free_port())
 
-    result = dg.materialize([probe_asset(script)], resources={"launcher": launcher})
+    result = dg.materialize([launched_probe], resources={"launcher": launcher})
 
     assert result.success
     [batch_file] = (gem_home / "staging" / "slurm").glob("*.sbatch")
@@ -371,13 +400,13 @@ def install_tools(directory: Path, monkeypatch: pytest.MonkeyPatch, **tools: str
 
 
 def test_slurm_ranks_share_the_nodes_cpus_unless_env_sets_the_threads():
-    script = SlurmTorchrunLauncher(gem_home="/gem", nproc_per_node=4).render("jobs/train.py", [], 1, RUN_ID)
+    script = SlurmTorchrunLauncher(gem_home="/gem", nproc_per_node=4).render("jobs.train", [], 1, RUN_ID)
     [line] = [line for line in script.splitlines() if line.startswith("export OMP_NUM_THREADS=")]
     for cpus, threads in (("16", "4"), ("2", "1"), ("", "1")):
         env = {"PATH": os.environ["PATH"], **({"SLURM_CPUS_ON_NODE": cpus} if cpus else {})}
         out = subprocess.run(["bash", "-c", f"{line}; echo $OMP_NUM_THREADS"], env=env, capture_output=True, text=True)
         assert out.stdout.strip() == threads
-    pinned = SlurmTorchrunLauncher(gem_home="/gem", env={"OMP_NUM_THREADS": "8"}).render("jobs/train.py", [], 4, RUN_ID)
+    pinned = SlurmTorchrunLauncher(gem_home="/gem", env={"OMP_NUM_THREADS": "8"}).render("jobs.train", [], 4, RUN_ID)
     assert [line for line in pinned.splitlines() if "OMP_NUM_THREADS" in line] == ["export OMP_NUM_THREADS=8"]
 
 
@@ -385,7 +414,7 @@ def test_slurm_failure_names_the_job_state_sbatch_stderr_and_the_jobs_traceback(
     install_tools(tmp_path / "bin", monkeypatch, sbatch="""
 echo 4243
 log=$(sed -n 's/^#SBATCH --output=//p' "$3")
-printf '%s\n' 'starting' '[rank0]: Traceback (most recent call last):' '[rank0]:   File "jobs/train.py", line 9' \
+printf '%s\n' 'starting' '[rank0]: Traceback (most recent call last):' '[rank0]:   File "jobs.train", line 9' \
   '[rank0]:     main()' '[rank0]: ValueError: train.batch_size=0 must be >= 1' 'torchrun: exit 1' > "$log"
 echo "sbatch: error: job 4243 failed" >&2
 exit 7
@@ -394,12 +423,12 @@ exit 7
 """)
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), poll_interval_s=0.1)
     with pytest.raises(JobLaunchError) as failed:
-        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([launched_probe], resources={"launcher": launcher})
     message = str(failed.value)
     assert re.search(r"Slurm job 4243 \(gem-probe-.*\) failed: JobState FAILED, ExitCode 1:0, "
                      r"Reason NonZeroExitCode; sbatch exit code 7", message)
     assert "sbatch: sbatch: error: job 4243 failed" in message
-    assert ('Traceback (most recent call last):\n  File "jobs/train.py", line 9\n    main()\n'
+    assert ('Traceback (most recent call last):\n  File "jobs.train", line 9\n    main()\n'
             "ValueError: train.batch_size=0 must be >= 1\n") in message and "torchrun: exit 1" not in message
     assert re.search(r"full log: .*\.out; `sacct -j 4243`", message)
 
@@ -415,7 +444,7 @@ def test_a_slurm_job_that_cannot_start_is_cancelled_with_its_reason(tmp_path, mo
                   squeue=f'echo "PENDING|{reason}"\n', scancel=f'echo "$@" >> {cancelled}\n')
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), queue_timeout_s=timeout, poll_interval_s=0.1)
     with pytest.raises(JobLaunchError, match=rf"Slurm job 4244 is pending with {expected}; cancelling it"):
-        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([launched_probe], resources={"launcher": launcher})
     assert cancelled.read_text() == "4244\n"
 
 
@@ -425,7 +454,7 @@ def test_sbatch_refusing_the_script_is_an_error_with_its_message(tmp_path, monke
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), partition="gpu")
     with pytest.raises(JobLaunchError, match=r"sbatch refused .*\.sbatch \(exit code 1\): sbatch: error: invalid "
                                              r"partition specified: gpu"):
-        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([launched_probe], resources={"launcher": launcher})
 
 
 class FakeTrainingOperator:
@@ -459,7 +488,7 @@ class FakeTrainingOperator:
         command = [expand(a) for a in container["command"]]
         assert command[0] == "torchrun"
         command[:1] = [sys.executable, "-m", "torch.distributed.run"]
-        return subprocess.run(command, cwd=container["workingDir"], env={**os.environ, **env}).returncode
+        return subprocess.run(command, cwd=container.get("workingDir"), env={**os.environ, **env}).returncode
 
     def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
                                      name: str) -> dict[str, Any]:
@@ -516,12 +545,11 @@ def install_fake_kubernetes(monkeypatch: pytest.MonkeyPatch, operator: FakeTrain
 def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_path, monkeypatch):
     operator = FakeTrainingOperator()
     install_fake_kubernetes(monkeypatch, operator)
-    script = tmp_path / "probe.py"
-    script.write_text(PIPES_PROBE)
     gem_home = tmp_path / "gem"
-    launcher = k8s_launcher(gem_home=str(gem_home), workdir=str(tmp_path), rdzv_port=free_port(), poll_interval_s=0.01)
+    launcher = k8s_launcher(gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"), rdzv_port=free_port(),
+                            poll_interval_s=0.01)
 
-    result = dg.materialize([probe_asset(script)], resources={"launcher": launcher})
+    result = dg.materialize([launched_probe], resources={"launcher": launcher})
 
     assert result.success
     [body] = operator.created
@@ -538,14 +566,14 @@ def test_kubernetes_launch_raises_on_failure_and_deletes_on_timeout(tmp_path, mo
     install_fake_kubernetes(monkeypatch, failed)
     launcher = k8s_launcher(gem_home=str(tmp_path), namespace="ml", poll_interval_s=0.01)
     with pytest.raises(JobLaunchError, match=r"PyTorchJob ml/gem-probe-.* failed: OOMKilled.*kubectl -n ml describe"):
-        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([launched_probe], resources={"launcher": launcher})
     assert failed.deleted == []  # failed pods are kept for their logs
 
     stuck = FakeTrainingOperator(run_pods=False)
     install_fake_kubernetes(monkeypatch, stuck)
     impatient = k8s_launcher(gem_home=str(tmp_path), timeout_s=0.05, poll_interval_s=0.01)
     with pytest.raises(TimeoutError, match=r"timeout_s=0.05"):
-        dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": impatient})
+        dg.materialize([launched_probe], resources={"launcher": impatient})
     assert stuck.deleted == [stuck.created[0]["metadata"]["name"]]
 
 
@@ -554,7 +582,7 @@ def test_kubernetes_launch_of_an_indexed_job_creates_service_and_job_then_remove
     cluster = FakeBatchCluster()
     install_fake_kubernetes(monkeypatch, FakeTrainingOperator(run_pods=False), cluster)
     launcher = k8s_launcher(kind="IndexedJob", nnodes=2, gem_home=str(tmp_path), poll_interval_s=0.01)
-    result = dg.materialize([probe_asset(tmp_path / "probe.py")], resources={"launcher": launcher})
+    result = dg.materialize([launched_probe], resources={"launcher": launcher})
 
     assert result.success
     [(create_service, service), (create_job, job), (delete_service, deleted)] = cluster.calls

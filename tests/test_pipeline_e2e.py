@@ -158,7 +158,7 @@ def _train_command(lake, config_file: Path, model_dir: Path, data_version: int) 
     data = lake.paths.table("gold.training_examples")
     args = ["--config", str(config_file), "--data", str(data), "--data-version", str(data_version),
             "--model-dir", str(model_dir)]
-    return LocalTorchrunLauncher().command("jobs/train.py", args, nproc=2)
+    return LocalTorchrunLauncher().command("jobs.train", args, nproc=2)
 
 
 def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline, tmp_path):

@@ -32,7 +32,7 @@ class UntrainedModelLauncher(JobLauncher):
 
     source: str
 
-    def launch(self, context, script, args, nproc):
+    def launch(self, context, module, args, nproc):
         target = Path(args[args.index("--model-dir") + 1])
         shutil.copytree(self.source, target, ignore=shutil.ignore_patterns(RECORD_FILE))  # a new model: no decisions
         manifest = json.loads((target / "manifest.json").read_text())

@@ -112,12 +112,10 @@ def on_slurm(slurm, monkeypatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-def _probe(script: Path, nproc: int = 1) -> dg.AssetsDefinition:
-    @dg.asset
-    def probe(context: dg.AssetExecutionContext, launcher: JobLauncher) -> dg.MaterializeResult:
-        return launcher.launch(context, str(script), [], nproc=nproc).get_materialize_result()
-
-    return probe
+@dg.asset
+def probe(context: dg.AssetExecutionContext, launcher: JobLauncher) -> dg.MaterializeResult:
+    """The module `probe`, which a test writes into the launcher's `workdir`."""
+    return launcher.launch(context, "probe", [], nproc=1).get_materialize_result()
 
 
 def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on_slurm, pipeline, tmp_path,
@@ -153,20 +151,21 @@ def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on
 
 
 def test_a_job_that_can_never_start_is_cancelled_naming_the_reason(on_slurm, tmp_path):
-    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), nnodes=2, poll_interval_s=0.5)  # one node
+    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), nnodes=2, workdir=str(tmp_path),
+                                     poll_interval_s=0.5)  # a cluster of one node
     (tmp_path / "probe.py").write_text("print('never runs')\n")
     with pytest.raises(JobLaunchError, match=r"Slurm job (\d+) is pending with Reason=Partition\w+: it can "
                                              r"never start as submitted; cancelling it") as failed:
-        dg.materialize([_probe(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([probe], resources={"launcher": launcher})
     job_id = str(failed.value).split()[2]
     assert scontrol_job(job_id)["JobState"] == "CANCELLED"
 
 
 def test_a_failed_job_reports_its_state_and_the_exception_it_died_of(on_slurm, tmp_path):
     (tmp_path / "probe.py").write_text("raise ValueError('train.batch_size=0 must be >= 1')\n")
-    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), poll_interval_s=0.5)
+    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), workdir=str(tmp_path), poll_interval_s=0.5)
     with pytest.raises(JobLaunchError) as failed:
-        dg.materialize([_probe(tmp_path / "probe.py")], resources={"launcher": launcher})
+        dg.materialize([probe], resources={"launcher": launcher})
     message = str(failed.value)
     assert "JobState FAILED" in message and "ExitCode 1:0" in message
     assert "ValueError: train.batch_size=0 must be >= 1" in message

@@ -336,10 +336,10 @@ def test_definitions_have_the_student_asset_job_and_contract_check(tmp_path):
 class InProcessLauncher(JobLauncher):
     """Runs the job's `main` in this process: the asset's own logic, without a torchrun start-up per run."""
 
-    def launch(self, context: dg.AssetExecutionContext, script: str, args: Sequence[str], nproc: int) -> None:
+    def launch(self, context: dg.AssetExecutionContext, module: str, args: Sequence[str], nproc: int) -> None:
         from jobs.train_student import main
 
-        assert (script, nproc) == ("jobs/train_student.py", 1)
+        assert (module, nproc) == ("jobs.train_student", 1)
         main(list(args))
 
 

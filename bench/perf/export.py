@@ -6,7 +6,7 @@ The model is `--model-version` (default: the `gem` variant bench/research/model_
 lake). In the same run it measures, on the day's inputs:
 - naive: one process, one example per forward pass (`score_impressions` on single rows), on a
   sample of `--naive-rows` impressions;
-- `jobs/score.py` as one process (torch's default threads) and under torchrun with `--nproc`
+- `jobs.score` as one process (torch's default threads) and under torchrun with `--nproc`
   ranks of one thread each, end to end (start-up, model load, all three tables);
 - the whole `export_job` of the day through Dagster (user input, scoring, commits, both indexes,
   candidates), with each step's time.
@@ -47,7 +47,7 @@ def scoring_run(version: str, ds: date, users: Path, out: Path, nproc: int) -> d
     shutil.rmtree(out, ignore_errors=True)
     args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(users), "--out", str(out)]
     launcher = LocalTorchrunLauncher()
-    command = launcher.command("jobs/score.py", args, nproc) if nproc > 1 else [sys.executable, "jobs/score.py", *args]
+    command = launcher.command("jobs.score", args, nproc) if nproc > 1 else [sys.executable, "-m", "jobs.score", *args]
     started = time.perf_counter()
     subprocess.run(command, cwd=REPO, check=True, env=launcher.environment(nproc), stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
@@ -103,8 +103,8 @@ def main() -> None:
     print("| scoring | rows | seconds | rows/s | × naive |\n|---|---|---|---|---|")
     naive = results["naive_rows_per_second"]
     print(f"| naive loop (1 process, 1 row per forward, {args.naive_rows} impressions) | | | {naive:,.0f} | 1.0 |")
-    for name, label in (("one_process", "jobs/score.py, 1 process"),
-                        ("torchrun", f"jobs/score.py, torchrun {args.nproc} ranks")):
+    for name, label in (("one_process", "jobs.score, 1 process"),
+                        ("torchrun", f"jobs.score, torchrun {args.nproc} ranks")):
         r = results[name]
         print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} | "
               f"{r['rows_per_second'] / naive:.1f} |")

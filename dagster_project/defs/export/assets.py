@@ -1,6 +1,6 @@
 """Export assets: batch-scored embeddings and teacher logits, FAISS indexes, and candidates.
 
-Scoring prepares the users' input with Spark, runs `jobs/score.py` under torchrun through the
+Scoring prepares the users' input with Spark, runs `jobs.score` under torchrun through the
 launcher (Dagster Pipes, `export.nproc` ranks), and commits each table replacing exactly the
 (model_version, ds) partition: several model versions coexist side by side, and a re-run or a
 crash and a re-run never duplicates rows. Indexes are published per (model version, day) under
@@ -104,7 +104,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 context.log.info(f"users' scoring input: {users} rows")
                 args = ["--model-version", version, "--ds", ds.isoformat(), "--users", str(staging / "input" / "users"),
                         "--out", str(staging / "output"), "--export-config", json.dumps(dataclasses.asdict(export))]
-                launcher.launch(context, "jobs/score.py", args, nproc=export.nproc)
+                launcher.launch(context, "jobs.score", args, nproc=export.nproc)
                 rows = commit_scored(s, lake.paths, staging / "output", version, ds, _lineage(context, version, ds))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)

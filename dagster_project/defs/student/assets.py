@@ -1,6 +1,6 @@
 """Student assets: per-surface students distilled from one teacher version, and their metrics table.
 
-`student_models` runs `jobs/train_student.py` in a separate process through the launcher
+`student_models` runs `jobs.train_student` in a separate process through the launcher
 (Dagster Pipes; one process on one node, whatever the launcher's `nnodes`) on the days after
 the teacher's training window, reading that version's exported logits and embeddings (partitioned
 by model version: one partition per teacher version, `dagster_project/defs/partitions.py`); then
@@ -91,7 +91,7 @@ def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
             launcher.single_process().launch(
-                context, "jobs/train_student.py",
+                context, "jobs.train_student",
                 ["--model-version", version, "--config", str(config_file), "--out", str(directory)], nproc=1)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

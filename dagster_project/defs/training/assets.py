@@ -52,7 +52,7 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
         try:
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
-            launched = launcher.launch(context, "jobs/train.py",
+            launched = launcher.launch(context, "jobs.train",
                                        ["--config", str(config_file), "--data", str(data), "--data-version",
                                         str(data_version), "--model-dir", str(model_dir)], nproc=cfg.train.nproc)
         finally:
