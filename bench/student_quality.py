@@ -30,7 +30,7 @@ import torch
 from deltalake import DeltaTable
 from model_quality import train_variant, variant_version  # bench/ is on sys.path when run as a script
 
-from gem_model.config import STUDENT_VARIANTS, GemConfig
+from gem_model.config import STUDENT_VARIANTS, TASKS, GemConfig
 from gem_model.data.loader import open_delta
 from gem_model.distill.data import StudentCalendar
 from gem_model.distill.variants import gains
@@ -39,7 +39,6 @@ from jobs.train_student import train
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCES = ("teacher", "teacher_adapted")
-TASKS = ("ctr", "cvr")
 
 
 def ensure_features(args: argparse.Namespace, paths: GemPaths) -> None:
