@@ -75,31 +75,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
-    # InterFormer's exchange at every layer (off by default: docs/MODEL.md), and its removal, which is the default
-    # unless --config interleaves.
-    "gem-interleaving": {"model": {"interleave": True}},
-    "gem-no-interleaving": {"model": {"interleave": False}},
-    # Kunlun's parts, one at a time over the default.
-    "gem-window16": {"model": {"sequence": {"window": 16}}},
-    "gem-gelu": {"model": {"sequence": {"activation": "gelu"}}},
-    "gem-gdpa-pffn": {"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}},
-    "gem-hsp": {"model": {"sequence": {"summary": "hsp"}}},
-    "gem-hsp-comp-skip": {"model": {"sequence": {"summary": "hsp", "comp_skip": True}}},
-    "gem-wukong-experts2": {"model": {"wukong": {"n_experts": 2}}},
-    "gem-keep-by-importance": {"model": {"sequence": {"keep_by": "importance"}}},
-    # The click gap's tries: the target ad as a token of the events' space; dropout in the pyramid; the events
-    # without the default's mark of where they match the target ad.
-    "gem-candidate-token": {"model": {"sequence": {"candidate_token": True}}},
-    "gem-dropout": {"model": {"sequence": {"dropout": 0.1}}},
-    "gem-candidate-token-dropout": {"model": {"sequence": {"candidate_token": True, "dropout": 0.1}}},
+    # The events without the default's mark of where they match the target ad.
     "gem-no-match": {"model": {"sequence": {"match_candidate": False}}},
-    # L2 on the embedding rows (fbgemm's fused optimizer), as the well-specified learner's tuned L2.
-    "gem-sparse-l2": {"train": {"sparse_weight_decay": 1e-4}},
-    "gem-sparse-l2-1e-3": {"train": {"sparse_weight_decay": 1e-3}},
-    # The summary's mean token over the whole history (the first layer's level) instead of the kept tokens.
-    "gem-level-mean": {"model": {"sequence": {"summary_mean": "level"}}},
+    # The research options (model.experimental), one at a time over the default: InterFormer's exchange at
+    # every layer (the default until the match rows made it level, docs/MODEL.md) and Kunlun's parts.
+    "gem-interleaving": {"model": {"experimental": {"interleave": True}}},
+    # Its removal, for the earlier ablations rerun over an interleaved --config.
+    "gem-no-interleaving": {"model": {"experimental": {"interleave": False}}},
+    "gem-window16": {"model": {"experimental": {"attention_window": 16}}},
+    "gem-gelu": {"model": {"experimental": {"attention_activation": "gelu"}}},
+    "gem-gdpa-pffn": {"model": {"experimental": {"interleave": True, "pffn": "gdpa"}}},
+    "gem-hsp": {"model": {"experimental": {"seed_pooling": True}}},
+    "gem-hsp-comp-skip": {"model": {"experimental": {"seed_pooling": True, "comp_skip": True}}},
+    "gem-wukong-experts2": {"model": {"experimental": {"wukong_experts": 2}}},
 }
-TASKS = ("ctr", "cvr")
 
 
 def variant_config(cfg: GemConfig, name: str, seed: int | None = None) -> GemConfig:

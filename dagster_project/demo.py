@@ -18,6 +18,7 @@ from dagster_project.code_location_runs import CodeLocationRuns
 from dagster_project.defs.partitions import model_day_key
 from dagster_project.resources.lake import LakeResource
 from dagster_project.run_monitoring import ensure_instance_config, fail_dead_runs, worker_tags
+from gem_model.config import TASKS
 from gem_model.distill.artefact import read_student_manifest, student_version
 from gem_model.distill.data import has_student_days
 from gem_model.export.index import read_index
@@ -94,7 +95,7 @@ def summary(lake: LakeResource) -> str:
     manifest = read_manifest(lake.paths.model_dir(version))
     m = manifest["metrics"]
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]
-    for task in lake.config.model.tasks:
+    for task in TASKS:
         # Real datasets have no true probabilities, hence no oracle.
         oracle = {name: f" (oracle {m[f'{task}/oracle_{name}']:.4f})" if f"{task}/oracle_{name}" in m else ""
                   for name in ("auc", "ne")}

@@ -9,7 +9,6 @@ import pytest
 
 from gem_model.config import (
     DATASET_CONFIGS,
-    LATER_SETTINGS,
     PRESETS,
     ConfigError,
     ExportConfig,
@@ -20,13 +19,13 @@ from gem_model.config import (
     StudentConfig,
     TrainConfig,
     WorldConfig,
-    with_later_settings,
 )
 from gem_model.documents import MAX_BYTES
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
-# change these: last, integer ids by modulo and labels in rows of their own (`SparseFeature.encoding`).
-PRESET_FINGERPRINTS = {"tiny": "6c8c7b6922", "small": "ca1199006a", "medium": "79f973de93"}
+# change these: last, the config's layout (the research options moved to model.experimental, the tries that
+# lost removed).
+PRESET_FINGERPRINTS = {"tiny": "9b72140dce", "small": "7722e5643f", "medium": "9a9ebb2cea"}
 
 
 def test_presets_round_trip_through_json():
@@ -85,7 +84,7 @@ def test_a_training_window_starts_its_days_before_the_holdout_and_fits_the_calen
 
 
 def test_data_source_is_validated_and_overridable(monkeypatch):
-    with pytest.raises(ValueError, match="data.source='kaggle' is not one of"):
+    with pytest.raises(ValueError, match="data.source='kaggle': must be one of"):
         GemConfig.from_dict({"data": {"source": "kaggle"}})
     monkeypatch.setenv("GEM_DATA_SOURCE", "kaggle")
     with pytest.raises(ConfigError, match=r"^data source 'kaggle' \(GEM_DATA_SOURCE or --data-source\): data.source="):
@@ -157,24 +156,16 @@ def test_a_teacher_manifest_with_outdated_downstream_settings_still_loads_its_co
     assert cfg.student.features == tuple(own["student"]["features"]) and cfg.student.epochs == 3
 
 
-def _less(values: dict, dropped: dict) -> dict:
-    return {k: _less(v, dropped[k]) if isinstance(v, dict) and k in dropped else v
-            for k, v in values.items() if k not in dropped or isinstance(dropped[k], dict)}
-
-
-def test_a_teacher_saved_before_the_later_settings_loads_as_it_was_trained():
-    """Whatever today's defaults, a saved config without a later setting gets the value that reproduces it."""
+def test_a_teacher_saved_with_a_setting_since_removed_is_refused_with_the_fix():
+    """A teacher section this code no longer reads cannot be rebuilt as it was trained: retrain, never guess."""
     from gem_model.export.checkpoint import teacher_config
 
-    saved = _less(GemConfig.load("small").to_dict(), LATER_SETTINGS)
-    assert "match_candidate" not in saved["model"]["sequence"]
-    cfg = teacher_config({"config": saved})
-    later = LATER_SETTINGS
-    for section, values in [(cfg.model.sequence, later["model"]["sequence"]),
-                            (cfg.model.wukong, later["model"]["wukong"]), (cfg.train, later["train"])]:
-        assert {k: getattr(section, k) for k in values} == values
-    assert with_later_settings({"model": {"dim": 8}}, {"model": {"x": 1}, "train": {"y": 0}}) == \
-        {"model": {"dim": 8, "x": 1}, "train": {"y": 0}}
+    saved = GemConfig.load("small").to_dict()
+    saved["model"]["sequence"]["candidate_token"] = False  # a try that lost, since removed
+    with pytest.raises(ConfigError, match=r"^model version 'v1' was trained with a config this code no longer reads "
+                                          r"\(config.model.sequence: unknown key\(s\) \['candidate_token'\].*\); "
+                                          r"materialise teacher_model again"):
+        teacher_config({"model_version": "v1", "config": saved})
 
 
 def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns():
@@ -278,7 +269,10 @@ def test_direct_construction_is_checked_like_json():
                                              "elements, each a number in [0, 1], not an array of 1"),
     ({"data": {"click_rate_bounds": [0.5, 0.1]}}, "data.click_rate_bounds=[0.5, 0.1]: the low bound exceeds"),
     ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
-    ({"model": {"sequence": {"activation": "relu"}}}, "model.sequence.activation='relu': must be one of"),
+    ({"model": {"experimental": {"attention_activation": "relu"}}},
+     "model.experimental.attention_activation='relu': must be one of ['softmax', 'silu', 'gelu', 'relu2', 'identity']"),
+    ({"model": {"architecture": "xgboost"}}, "model.architecture='xgboost': must be one of ['gem', 'dlrm', 'dcnv2', "
+                                             "'lr']"),
     ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
                                                "each element an integer in [1, 1048576]"),
     ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer in [1, 65536]"),
@@ -296,7 +290,9 @@ def test_direct_construction_is_checked_like_json():
      "config.features.features[0]: unknown key(s) ['dim']"),
     ({"index": {"min_recall": 1.01}}, "index.min_recall=1.01: must be a number in [0, 1]"),
     ({"student": {"adapter_prior_sds": [0.1, 0]}}, "student.adapter_prior_sds[1]=0: must be a number in (0, 1000000]"),
-    ({"student": {"variants": ["kd", "kd"]}}, "student.variants=['kd', 'kd']: must be a JSON array without duplicates"),
+    ({"student": {"variants": ["kd", "kd"]}}, "student.variants=['kd', 'kd']: must be a non-empty JSON array without "
+                                              "duplicates, each element one of ['labels', 'kd', 'adapter', "),
+    ({"student": {"variants": ["labels", "distill"]}}, "student.variants[1]='distill': must be one of ['labels', "),
     ({"student": {"features": "user_id"}}, "student.features='user_id': must be a non-empty JSON array"),
 ])
 def test_type_and_range_errors_name_the_key_the_value_and_what_is_allowed(overrides, message):
@@ -447,6 +443,33 @@ def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monk
 
 def test_a_gdpa_pffn_without_interleaving_is_refused():
     """Without interleaving the pyramid gets nothing from the non-sequential side to personalise with."""
-    _refused({"model": {"sequence": {"pffn": "gdpa"}}},
-             "model.sequence.pffn='gdpa' personalises the events from the non-sequential side")
-    assert GemConfig.from_dict({"model": {"interleave": True, "sequence": {"pffn": "gdpa"}}}).model.interleave
+    _refused({"model": {"experimental": {"pffn": "gdpa"}}},
+             "model.experimental.pffn='gdpa' personalises the events from the non-sequential side")
+    cfg = GemConfig.from_dict({"model": {"experimental": {"interleave": True, "pffn": "gdpa"}}})
+    assert cfg.model.experimental.interleave and cfg.model.experimental.pffn == "gdpa"
+
+
+@pytest.mark.parametrize("experimental, pyramid, message", [
+    ({"comp_skip": True}, [64, 16], "model.experimental.comp_skip needs model.experimental.seed_pooling=true"),
+    ({"comp_skip": True, "seed_pooling": True}, [64],
+     "model.experimental.comp_skip needs at least 2 pyramid layers, got model.sequence.pyramid=[64]"),
+    ({"wukong_experts": 3}, [64, 16], "model.wukong.n_fm=8 must be divisible by model.experimental.wukong_experts=3"),
+])
+def test_research_options_that_need_each_other_are_refused_naming_both(experimental, pyramid, message):
+    _refused({"model": {"experimental": experimental, "sequence": {"pyramid": pyramid}}}, message)
+
+
+@pytest.mark.parametrize("where, key", [
+    ("model.sequence", "candidate_token"), ("model.sequence", "keep_by"), ("model.sequence", "dropout"),
+    ("model.sequence", "summary_mean"), ("model.sequence", "causal"), ("model.wukong", "attentive"),
+    ("model", "tasks"), ("train", "sparse_weight_decay"), ("train", "dense_weight_decay"),
+    # Moved to model.experimental.
+    ("model", "interleave"), ("model.sequence", "window"), ("model.sequence", "activation"),
+    ("model.sequence", "summary"), ("model.wukong", "n_experts"),
+])
+def test_removed_and_moved_settings_are_unknown_keys(where, key):
+    """Tries that lost went with their code, and the research options live in model.experimental alone."""
+    overrides: dict = {key: 1}
+    for section in reversed(where.split(".")):
+        overrides = {section: overrides}
+    _refused(overrides, f"config.{where}: unknown key(s) ['{key}']")

@@ -6,15 +6,14 @@ import pyarrow as pa
 import pytest
 import torch
 
-from gem_model.config import ARCHITECTURES, GemConfig, SequenceConfig, WukongConfig
+from gem_model.config import ARCHITECTURES, ExperimentalConfig, GemConfig, SequenceConfig, WukongConfig
 from gem_model.data.loader import features_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first, sort_within_rows
+from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
 from gem_model.modules.sequence import (
     GDPAPersonalizedFFN,
-    JaggedAttentionBlock,
     SequenceLayer,
     SequenceSummary,
     SequenceTokenizer,
@@ -24,22 +23,19 @@ from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
-ABLATIONS = [{}, {"use_wukong": False}, {"interleave": True}, {"use_sequence": False},
-             # Kunlun's parts: a sliding window in the lower layers with GDPA's gelu weights; the PFFN
-             # as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without interleaving
-             # (the PFFN personalises only an interleaved pyramid); Wukong experts.
-             {"sequence": dataclasses.replace(CFG.model.sequence, window=4, activation="gelu")},
-             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, pffn="gdpa", summary="hsp")},
-             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
-             {"sequence": dataclasses.replace(CFG.model.sequence, summary="hsp", comp_skip=True)},
-             {"wukong": dataclasses.replace(CFG.model.wukong, n_experts=2)},
-             {"sequence": dataclasses.replace(CFG.model.sequence, keep_by="importance")},
-             # The target ad as a token of the events' space, with and without interleaving.
-             {"sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             {"interleave": True, "sequence": dataclasses.replace(CFG.model.sequence, candidate_token=True)},
-             # The events without the default's match rows; the summary's mean over the whole level.
+ABLATIONS = [{}, {"use_wukong": False}, {"use_sequence": False},
+             # The events without the default's match rows.
              {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
-             {"sequence": dataclasses.replace(CFG.model.sequence, summary_mean="level")}]
+             # The research options: interleaving; a sliding window in the lower layers with GDPA's gelu weights;
+             # the PFFN as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without
+             # interleaving (the PFFN personalises only an interleaved pyramid); Wukong experts.
+             {"experimental": ExperimentalConfig(interleave=True)},
+             {"experimental": ExperimentalConfig(attention_window=4, attention_activation="gelu")},
+             {"experimental": ExperimentalConfig(interleave=True, pffn="gdpa", seed_pooling=True)},
+             {"experimental": ExperimentalConfig(interleave=True, seed_pooling=True, comp_skip=True)},
+             {"experimental": ExperimentalConfig(seed_pooling=True, comp_skip=True)},
+             {"experimental": ExperimentalConfig(wukong_experts=2)}]
+EXPERIMENTAL = ExperimentalConfig()
 
 
 def _column(values: list[list[float]]) -> torch.Tensor:
@@ -82,7 +78,7 @@ def test_wukong_layer_maps_n_embeddings_to_nf_plus_nl_normalised_ones():
 
 def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
     config = SequenceConfig(dim=8, heads=2, n_cls=2)
-    layer = SequenceLayer(config, keep=3, personalised=True)
+    layer = SequenceLayer(config, EXPERIMENTAL, keep=3, personalised=True)
     lengths = torch.tensor([0, 2, 3, 7])
     tokens, out_lengths, cls_out, level = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
     assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
@@ -98,8 +94,8 @@ def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
 
 def test_seed_pooling_attends_within_each_row_and_pools_an_empty_row_to_zeros():
     torch.manual_seed(0)
-    config = SequenceConfig(dim=8, heads=2, hsp_seeds=10, hsp_tokens=3, hsp_rank=2)
-    hsp = HierarchicalSeedPooling(config, out_dim=6, max_len=5)
+    config = ExperimentalConfig(seed_pooling=True, hsp_seeds=10, hsp_tokens=3, hsp_rank=2)
+    hsp = HierarchicalSeedPooling(config, dim=8, heads=2, out_dim=6, max_len=5)
     tokens, lengths = torch.randn(9, 8), torch.tensor([4, 0, 5])
     out = hsp(tokens, lengths)
     assert out.shape == (3, 3, 6) and torch.equal(out[1], torch.zeros(3, 6))
@@ -112,8 +108,7 @@ def test_seed_pooling_attends_within_each_row_and_pools_an_empty_row_to_zeros():
 
 def test_gdpa_pffn_is_a_per_row_two_layer_ffn_made_from_the_context():
     torch.manual_seed(0)
-    config = SequenceConfig(dim=8, heads=2, pffn_kv=3, pffn_activation="relu2")
-    pffn = GDPAPersonalizedFFN(config, context_dim=5)
+    pffn = GDPAPersonalizedFFN(dim=8, heads=2, n_kv=3, activation="relu2", context_dim=5)
     x, context, rows = torch.randn(7, 8), torch.randn(2, 5), torch.tensor([0, 0, 0, 1, 1, 1, 1])
     out = pffn(x, context, torch.tensor([3, 4]))
     for t in range(7):
@@ -125,7 +120,7 @@ def test_gdpa_pffn_is_a_per_row_two_layer_ffn_made_from_the_context():
 
 def test_wukong_experts_mix_only_their_own_group():
     torch.manual_seed(0)
-    layer = WukongExperts(n_in=5, dim=4, config=WukongConfig(n_fm=4, n_lc=2, rank=2, n_experts=2))
+    layer = WukongExperts(n_in=5, dim=4, config=WukongConfig(n_fm=4, n_lc=2, rank=2), n_experts=2)
     x = torch.randn(3, 5, 4)
     out = layer(x)
     assert out.shape == (3, 6, 4) and layer.sizes == [3, 2]
@@ -134,30 +129,10 @@ def test_wukong_experts_mix_only_their_own_group():
     torch.testing.assert_close(layer(moved)[:, :3], out[:, :3])
 
 
-def test_sort_within_rows_orders_each_row_by_descending_score():
-    order = sort_within_rows(torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7]), torch.tensor([3, 0, 2]))
-    assert order.tolist() == [1, 2, 0, 4, 3]
-
-
-def test_importance_keeps_the_highest_scored_tokens_and_trains_the_scorer():
-    torch.manual_seed(0)
-    layer = SequenceLayer(SequenceConfig(dim=8, heads=2, keep_by="importance"), keep=2, personalised=False)
-    tokens, lengths = torch.randn(5, 8), torch.tensor([5])
-    with torch.no_grad():
-        layer.importance.weight.zero_()
-        layer.importance.bias.zero_()
-        layer.importance.weight[0, 0] = 1.0  # score = the first coordinate
-    kept, kept_lengths = layer._truncate(tokens, lengths)
-    top = tokens[:, 0].argsort(descending=True)
-    torch.testing.assert_close(kept[:2], tokens[top[:2]])
-    torch.testing.assert_close(kept[2], tokens[top[2:]].mean(0))  # the rest pooled into one token
-    kept.sum().backward()
-    assert layer.importance.weight.grad.abs().sum() > 0
-
-
 def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
-    config = SequenceConfig(dim=8, heads=2, n_cls=2, summary="hsp", comp_skip=True)
-    layer = SequenceLayer(config, keep=3, personalised=False, attends=False)
+    config = SequenceConfig(dim=8, heads=2, n_cls=2)
+    layer = SequenceLayer(config, ExperimentalConfig(seed_pooling=True, comp_skip=True), keep=3, personalised=False,
+                          attends=False)
     cls = torch.randn(2, 2, 8)
     level = torch.randn(9, 8)
     tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
@@ -165,10 +140,9 @@ def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
     assert torch.equal(out_level, level)
 
 
-@pytest.mark.parametrize("summary_mean", ["kept", "level"])
-def test_the_summarys_mean_token_averages_the_kept_tokens_or_the_whole_level(summary_mean):
-    config = SequenceConfig(dim=8, heads=2, n_cls=2, n_recent=1, summary_mean=summary_mean)
-    summary = SequenceSummary(config, embedding_dim=8, max_len=7)
+def test_the_summarys_mean_token_averages_the_kept_tokens():
+    config = SequenceConfig(dim=8, heads=2, n_cls=2, n_recent=1)
+    summary = SequenceSummary(config, EXPERIMENTAL, embedding_dim=8, max_len=7)
     with torch.no_grad():  # show the parts as they are: identity projection, gates open
         summary.proj.weight.copy_(torch.eye(8))
         summary.proj.bias.zero_()
@@ -177,36 +151,8 @@ def test_the_summarys_mean_token_averages_the_kept_tokens_or_the_whole_level(sum
     level, level_lengths = torch.randn(9, 8), torch.tensor([2, 7])
     tokens, lengths = torch.randn(5, 8), torch.tensor([2, 3])  # what the layer kept of each row
     out, _ = summary(tokens, lengths, torch.randn(2, 2, 8), level, level_lengths)
-    averaged = level if summary_mean == "level" else tokens
-    rows = torch.split(averaged, (level_lengths if summary_mean == "level" else lengths).tolist())
-    torch.testing.assert_close(out[:, 2], torch.stack([row.mean(0) for row in rows]))
+    torch.testing.assert_close(out[:, 2], torch.stack([tokens[:2].mean(0), tokens[2:].mean(0)]))
     torch.testing.assert_close(out[:, 3], tokens[[0, 2]])  # the newest kept token of each row
-
-
-def test_attention_dropout_acts_only_while_training():
-    torch.manual_seed(0)
-    block = JaggedAttentionBlock(SequenceConfig(dim=8, heads=2, dropout=0.5))
-    plain = JaggedAttentionBlock(SequenceConfig(dim=8, heads=2))
-    plain.load_state_dict(block.state_dict())
-    x, lengths = torch.randn(9, 8), torch.tensor([2, 7])
-    assert not torch.allclose(block(x, lengths, 7), block(x, lengths, 7))  # a fresh mask each step
-    block.eval(), plain.eval()
-    assert torch.equal(block(x, lengths, 7), plain(x, lengths, 7))
-
-
-def test_the_candidate_token_is_an_event_token_without_action_and_age():
-    """The target ad goes through the events' own projection and attribute rows; an absent id adds nothing."""
-    torch.manual_seed(0)
-    tokenizer = SequenceTokenizer(SPEC, 16, 8)
-    item = torch.randn(2, 16)
-    side = {name: torch.tensor([3, 5]) for name in SPEC.sequence_side_columns}
-    event = tokenizer(item, side)
-    attributes = {column: side[column] for column in SPEC.sequence_attribute_columns.values()}
-    context = tokenizer.side[SPEC.action_idx_column](side[SPEC.action_idx_column]) + \
-        tokenizer.side[SPEC.age_idx_column](side[SPEC.age_idx_column])
-    assert torch.allclose(tokenizer.candidate(item, attributes), event - context, atol=1e-6)
-    absent = {column: torch.tensor([-1, -1]) for column in attributes}
-    assert torch.allclose(tokenizer.candidate(item, absent), tokenizer.item(item))
 
 
 def test_candidate_match_marks_the_events_whose_attribute_equals_their_rows_target_ad():
@@ -294,11 +240,11 @@ def test_ranking_needs_the_surface_but_embeddings_do_not():
 @pytest.mark.parametrize("bad, match", [
     ({"architecture": "xgboost"}, "model.architecture"),
     ({"sequence": {"pyramid": []}}, "pyramid"),
-    ({"sequence": {"activation": "relu"}}, "activation"),
+    ({"experimental": {"attention_activation": "relu"}}, "attention_activation"),
     ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
-    ({"sequence": {"comp_skip": True}}, r"comp_skip needs at least 2 pyramid layers \(got 2\) and summary='hsp'"),
-    ({"sequence": {"pffn": "dense"}}, "model.sequence.pffn"),
-    ({"wukong": {"n_experts": 3}}, "model.wukong.n_fm=8 must be divisible by n_experts=3"),
+    ({"experimental": {"comp_skip": True}}, r"comp_skip needs model.experimental.seed_pooling=true"),
+    ({"experimental": {"pffn": "dense"}}, "model.experimental.pffn"),
+    ({"experimental": {"wukong_experts": 3}}, "model.wukong.n_fm=8 must be divisible by"),
 ])
 def test_model_config_errors_name_the_field(bad, match):
     with pytest.raises(ValueError, match=match):

@@ -78,53 +78,6 @@ def test_sharded_predictions_match_an_unsharded_copy(tmp_path):
         assert torch.allclose(out.user_embedding, sharded["user"], atol=1e-5)
 
 
-def _embedding_rows(dmp) -> dict[str, torch.Tensor]:
-    """The rows of every table that this rank holds."""
-    from torch.distributed._shard.sharded_tensor import ShardedTensor
-
-    rows = {}
-    for name, value in dmp.state_dict().items():
-        if "embedding" in name and name.endswith("weight"):
-            shards = [s.tensor for s in value.local_shards()] if isinstance(value, ShardedTensor) else [value.detach()]
-            if shards:  # a table another rank holds whole has none here
-                rows[name] = torch.cat(shards).clone()
-    return rows
-
-
-def _zero_loss_step(rank: int, port: int, root: Path, weight_decay: float) -> None:
-    env = _join(rank, port)
-    # A small learning rate: Adagrad's first step moves each element by about the rate whatever the gradient's
-    # size, and the initial rows are smaller than the default rate.
-    cfg = GemConfig.from_dict({"train": {"sparse_weight_decay": weight_decay, "sparse_lr": 1e-3}}, base=CFG)
-    dmp, _ = build_sharded_model(cfg, env)
-    before = _embedding_rows(dmp)
-    table = random_examples(cfg.features, 32, seed=rank, max_len=60)
-    n = table.num_rows
-    loss, _ = dmp(features_to_kjt(table, cfg.features), torch.zeros(n), torch.zeros(n), torch.ones(n, dtype=torch.bool))
-    (loss * 0).backward()  # the fused optimizer steps in backward, here on the L2's gradient alone
-    torch.save({"before": before, "after": _embedding_rows(dmp), "plan": _sharding_types(dmp)}, root / f"rows{rank}.pt")
-    dist.destroy_process_group()
-
-
-@pytest.mark.parametrize("weight_decay", [0.0, 1e-3])
-def test_sparse_weight_decay_shrinks_the_looked_up_rows_and_only_them(tmp_path, weight_decay):
-    mp.spawn(_zero_loss_step, args=(_free_port(), tmp_path, weight_decay), nprocs=2, join=True)
-    shrunk = unchanged = 0
-    for rank in range(2):
-        rows = torch.load(tmp_path / f"rows{rank}.pt")
-        assert {"row_wise", "table_wise"} <= set(rows["plan"].values())  # fbgemm's fused tables among them
-        assert rows["before"].keys() == rows["after"].keys() and rows["before"]
-        for name, before in rows["before"].items():
-            after = rows["after"][name]
-            changed = (after != before).any(dim=-1)
-            assert (after.norm(dim=-1)[changed] < before.norm(dim=-1)[changed]).all(), name  # only towards 0
-            shrunk, unchanged = shrunk + int(changed.sum()), unchanged + int((~changed).sum())
-    if weight_decay:
-        assert shrunk >= 64 and unchanged > shrunk  # the batches' rows (64 users at least), not the rest
-    else:
-        assert shrunk == 0
-
-
 def _world_of_one(index: int, together, root: Path) -> None:
     """A plain run (no torchrun): its own world of one, alive while the other one is."""
     env = init_distributed()

@@ -4,8 +4,8 @@
     .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024 --json seq.json
 
 Each row of the batch holds a history of exactly L events. Three sequence arches, each made of the
-model's own `SequenceLayer`s (PFFN, CLS tokens, jagged attention block, keep the newest tokens) with
-the default `model.sequence` config:
+model's own `SequenceLayer`s (the interleaved pyramid's low-rank PFFN, CLS tokens, jagged attention
+block, keep the newest tokens) with the default `model.sequence` and `model.experimental` configs:
 - pyramid: the default layers (`pyramid` = (64, 16)): the first sees all L tokens, later ones the
   kept 64 (+1 pooled) tokens;
 - one full layer: a single layer over all L tokens, keeping them all;
@@ -25,32 +25,33 @@ import time
 
 import torch
 
-from gem_model.config import SequenceConfig
+from gem_model.config import ExperimentalConfig, SequenceConfig
 from gem_model.modules.sequence import SequenceLayer
 
 
-def arches(config: SequenceConfig, length: int) -> dict[str, list[tuple[SequenceLayer, int]]]:
+def arches(config: SequenceConfig, experimental: ExperimentalConfig,
+           length: int) -> dict[str, list[tuple[SequenceLayer, int]]]:
     """Each arch as (layer, max row length entering it)."""
     pyramid, entering = [], length
     for keep in config.pyramid:
-        pyramid.append((SequenceLayer(config, keep, personalised=True), entering))
+        pyramid.append((SequenceLayer(config, experimental, keep, personalised=True), entering))
         entering = keep + 1
-    full = [(SequenceLayer(config, length, personalised=True), length) for _ in config.pyramid]
+    full = [(SequenceLayer(config, experimental, length, personalised=True), length) for _ in config.pyramid]
     return {"pyramid": pyramid, "one full layer": full[:1], "full stack": full}
 
 
-def step_seconds(layers: list[tuple[SequenceLayer, int]], config: SequenceConfig, rows: int, length: int,
-                 reps: int) -> float:
+def step_seconds(layers: list[tuple[SequenceLayer, int]], config: SequenceConfig, rank: int, rows: int,
+                 length: int, reps: int) -> float:
     lengths = torch.full((rows,), length, dtype=torch.int64)
     times = []
     for _ in range(reps + 1):
         tokens = torch.randn(rows * length, config.dim, requires_grad=True)
         cls = torch.randn(rows, config.n_cls, config.dim, requires_grad=True)
-        gate = torch.randn(rows, config.pffn_rank, requires_grad=True)
+        gate = torch.randn(rows, rank, requires_grad=True)
         started = time.perf_counter()
         x, lens, total = tokens, lengths, 0.0
         for layer, max_len in layers:
-            x, lens, cls_out = layer(x, lens, max_len, cls, gate)
+            x, lens, cls_out, _ = layer(x, lens, max_len, cls, gate)
             total = total + cls_out.sum()
         (total + x.sum()).backward()
         times.append(time.perf_counter() - started)
@@ -64,14 +65,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json")
     args = parser.parse_args()
-    config = SequenceConfig()
+    config, experimental = SequenceConfig(), ExperimentalConfig()
     lengths = [int(x) for x in args.lengths.split(",")]
     torch.manual_seed(0)
     results = []
     for length in lengths:
         rows = max(1, args.tokens // length)
-        for name, layers in arches(config, length).items():
-            seconds = step_seconds(layers, config, rows, length, args.reps)
+        for name, layers in arches(config, experimental, length).items():
+            seconds = step_seconds(layers, config, experimental.pffn_rank, rows, length, args.reps)
             results.append({"arch": name, "length": length, "rows": rows, "ms_per_example": 1e3 * seconds / rows})
             print(json.dumps(results[-1]), flush=True)
     names = list(dict.fromkeys(r["arch"] for r in results))

@@ -39,12 +39,11 @@ import torch
 from deltalake import DeltaTable
 
 from bench.common import dense_flops_per_example, train
-from gem_model.config import GemConfig
+from gem_model.config import TASKS, GemConfig
 from gem_model.data.loader import ds_filter, open_delta
 from gem_model.paths import GemPaths
 
 EPOCHS = 1
-TASKS = ("ctr", "cvr")
 # Each rung widens the dense arches together; the middle GEM rung and DLRM's/DCN-V2's second are the defaults.
 LADDERS: dict[str, dict[str, dict[str, Any]]] = {
     "gem": {

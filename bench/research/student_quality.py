@@ -31,7 +31,7 @@ import torch
 from deltalake import DeltaTable
 
 from bench.common import REPO, train_variant, variant_version
-from gem_model.config import STUDENT_VARIANTS, GemConfig
+from gem_model.config import STUDENT_VARIANTS, TASKS, GemConfig
 from gem_model.data.loader import open_delta
 from gem_model.distill.data import StudentCalendar
 from gem_model.distill.training import train
@@ -39,7 +39,6 @@ from gem_model.distill.variants import gains
 from gem_model.paths import GemPaths
 
 REFERENCES = ("teacher", "teacher_adapted")
-TASKS = ("ctr", "cvr")
 
 
 def ensure_features(args: argparse.Namespace, paths: GemPaths) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gem_model.config import ConfigSources, GemConfig
+from gem_model.config import DEFAULT_PRESET, ConfigSources, GemConfig
 from gem_model.paths import GemPaths
 
 
@@ -15,7 +15,7 @@ class LakeResource(dg.ConfigurableResource):
     `gem_model.config.ConfigSources` names them."""
 
     home: str
-    preset: str = "tiny"
+    preset: str = DEFAULT_PRESET
     config_path: str | None = None
     data_source: str | None = None
     source_mapping: str | None = None
@@ -31,7 +31,8 @@ class LakeResource(dg.ConfigurableResource):
 
     @property
     def config(self) -> GemConfig:
-        return ConfigSources(self.preset, self.config_path, self.data_source, self.source_mapping).load()
+        return GemConfig.from_sources(ConfigSources(self.preset, self.config_path, self.data_source,
+                                                    self.source_mapping))
 
     def latest_model_version(self) -> str:
         return self.paths.latest_model_version()

@@ -43,6 +43,7 @@ from deltalake import DeltaTable
 
 from gem_lake.delta import existing_tables
 from gem_lake.sql.limits import SQLLimits
+from gem_model.config import TASKS
 from gem_model.paths import LAYERS, GemPaths
 
 META_SCHEMA = "meta"
@@ -63,7 +64,7 @@ MODELS_SCHEMA = pa.schema([
     ("holdout_days", pa.list_(pa.date32())),
     ("world_size", pa.int32()),
     ("train_seconds", pa.float64()),
-    *((f"{task}_{metric}", pa.float64()) for task in ("ctr", "cvr") for metric in ("auc", "ne", "calibration")),
+    *((f"{task}_{metric}", pa.float64()) for task in TASKS for metric in ("auc", "ne", "calibration")),
     ("metrics", pa.map_(pa.string(), pa.float64())),
     ("manifest_path", pa.string()),
 ])
@@ -314,7 +315,7 @@ def models_table(paths: GemPaths) -> pa.Table:
             "world_size": _number(manifest.get("world_size"), int),
             "train_seconds": _number(manifest.get("train_seconds"), float),
             **{f"{task}_{metric}": metrics.get(f"{task}/{metric}")
-               for task in ("ctr", "cvr") for metric in ("auc", "ne", "calibration")},
+               for task in TASKS for metric in ("auc", "ne", "calibration")},
             "metrics": list(metrics.items()),
             "manifest_path": str(path),
         })

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from gem_model.config import GemConfig
+from gem_model.config import TASKS, GemConfig
 from gem_model.distill.adapter import StudentAdapter
 from gem_model.distill.data import StudentCalendar
 from gem_model.distill.student import StudentModel
-from gem_model.distill.variants import TASKS, VARIANTS, StudentRun, build_student, make_adapter
+from gem_model.distill.variants import VARIANTS, StudentRun, build_student, make_adapter
 from gem_model.integrity import file_digests, read_manifest_file, verify_files
 
 # Columns of a gold.student_metrics row beside its keys, in the manifest's metric names.

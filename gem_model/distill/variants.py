@@ -27,14 +27,12 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from gem_model.config import GemConfig
+from gem_model.config import TASKS, GemConfig
 from gem_model.distill.adapter import StudentAdapter, fit_adapter_with_prior_choice
 from gem_model.distill.data import LOGIT_COLUMNS, StudentCalendar, StudentData
 from gem_model.distill.losses import distillation_loss, label_loss
 from gem_model.distill.student import StudentModel, embedding_inputs, inference_ms_per_1000
 from gem_model.train.trainer import holdout_metrics
-
-TASKS = ("ctr", "cvr")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
-from gem_model.config import DOWNSTREAM_SECTIONS, GemConfig, with_later_settings
+from gem_model.config import DOWNSTREAM_SECTIONS, ConfigError, GemConfig
 from gem_model.integrity import CorruptArtefactError, verify_files
 from gem_model.models.gem import GemModel
 from gem_model.train.manifest import read_manifest, retrain_hint
@@ -55,12 +55,16 @@ STUDENT_FEATURE_SETTINGS = ("features", "adapter_features")
 def teacher_config(manifest: dict[str, Any]) -> GemConfig:
     """The config a teacher was trained with; the sections read after training (`DOWNSTREAM_SECTIONS`)
     take today's defaults, so a teacher stays loadable when the export or student settings evolve,
-    except the students' feature lists, which name the teacher's features. Settings added since it was
-    saved take the values it was trained with (`LATER_SETTINGS`), not today's defaults."""
+    except the students' feature lists, which name the teacher's features. A teacher section this code no
+    longer reads (a setting since removed or moved) is a ConfigError that says to retrain."""
     saved = manifest["config"]
-    teacher = with_later_settings({k: v for k, v in saved.items() if k not in DOWNSTREAM_SECTIONS})
+    teacher = {k: v for k, v in saved.items() if k not in DOWNSTREAM_SECTIONS}
     student = {k: v for k, v in saved.get("student", {}).items() if k in STUDENT_FEATURE_SETTINGS}
-    return GemConfig.from_dict({**teacher, "student": student})
+    try:
+        return GemConfig.from_dict({**teacher, "student": student})
+    except ConfigError as e:
+        raise ConfigError(f"model version {manifest.get('model_version')!r} was trained with a config this code no "
+                          f"longer reads ({e}); materialise teacher_model again to train it anew") from None
 
 
 def load_model(model_dir: Path, device: torch.device | None = None, bf16: bool = False) -> LoadedModel:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from gem_model.config import TASKS
 from gem_model.data.loader import features_to_kjt, open_delta
 from gem_model.export.checkpoint import LoadedModel
 from gem_model.paths import GemPaths
@@ -76,6 +77,6 @@ def score_impressions(loaded: LoadedModel, examples: pa.Table, ds: date) -> pa.T
     with loaded.autocast():
         logits = loaded.model.logits(_features(loaded, examples)).float().cpu().numpy()
     columns = {c: examples.column(c) for c in ("impression_id", "user_id", "ad_id", "surface")}
-    for i, task in enumerate(loaded.config.model.tasks):
+    for i, task in enumerate(TASKS):
         columns[f"{task}_logit"] = pa.array(logits[:, i].astype(np.float32))
     return _stamp(columns, examples.num_rows, loaded, ds)

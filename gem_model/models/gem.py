@@ -5,7 +5,7 @@
       │                        trained with the in-batch retrieval loss in GemTrain)
       └─ feature embeddings [B, F, D] + sequence
            -> interaction arch: InterFormerArch (gem: Wukong x jagged attention pyramid, joined at
-              the top or, with `interleave`, at every layer), DLRMArch or DCNv2Arch (baselines)
+              the top or, with `experimental.interleave`, at every layer), DLRMArch or DCNv2Arch (baselines)
            -> MultiSurfaceHeads (shared + per-surface towers) -> logits [B, T]
       (`lr`, logistic regression: LinearArch -> LinearHeads, one linear map of the embeddings)
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from gem_model.config import FeatureSpec, ModelConfig
+from gem_model.config import TASKS, FeatureSpec, ModelConfig
 from gem_model.models.baselines import DCNv2Arch, DLRMArch, LinearArch, LinearHeads
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.interformer import InterFormerArch
@@ -33,7 +33,7 @@ from gem_model.modules.sparse_arch import SparseArch, SparseOutput
 
 @dataclass
 class GemOutput:
-    logits: torch.Tensor  # [B, T], in ModelConfig.tasks order
+    logits: torch.Tensor  # [B, T], in TASKS order
     user_embedding: torch.Tensor  # [B, R], unit norm
     ad_embedding: torch.Tensor  # [B, R], unit norm
 
@@ -50,14 +50,14 @@ def interaction_arch(spec: FeatureSpec, config: ModelConfig, n_features: int) ->
 
 def heads(spec: FeatureSpec, config: ModelConfig, in_dim: int) -> nn.Module:
     if config.architecture == "lr":
-        return LinearHeads(in_dim, len(config.tasks))
-    return MultiSurfaceHeads(in_dim, config.shared_dims, config.surface_dims, spec.domain.buckets, len(config.tasks))
+        return LinearHeads(in_dim, len(TASKS))
+    return MultiSurfaceHeads(in_dim, config.shared_dims, config.surface_dims, spec.domain.buckets, len(TASKS))
 
 
 class GemModel(nn.Module):
     def __init__(self, spec: FeatureSpec, config: ModelConfig, device: torch.device | None = None) -> None:
         super().__init__()
-        self.spec, self.tasks = spec, config.tasks
+        self.spec, self.tasks = spec, TASKS
         d = config.embedding_dim
         self.feature_names = [f.name for f in spec.features]
         self.user_features = [f.name for f in spec.side("user")]

@@ -1,6 +1,6 @@
 """InterFormerArch: GEM's interaction arch, Wukong and the sequence pyramid.
 
-With `ModelConfig.interleave`, following InterFormer (Zeng et al., arXiv 2411.09852), the
+With `model.experimental.interleave`, following InterFormer (Zeng et al., arXiv 2411.09852), the
 non-sequential arch (Wukong layers over the feature embeddings) and the sequence arch (the jagged
 attention pyramid) exchange summaries at every layer instead of meeting once at the top:
 
@@ -9,16 +9,13 @@ attention pyramid) exchange summaries at every layer instead of meeting once at 
               s_i = SequenceSummary_i(S_{i+1}, c_i)              # [B, n_s, D], gated
               X_{i+1} = Wukong_i(concat(X_i, s_i))
 
-The output is flatten(X_last) ++ flatten(s_last). By default (`interleave=False`: with the events'
-match rows the exchange does not pay, docs/MODEL.md) the pyramid runs with learned CLS tokens and no
-personalisation, and its summary joins only at the top. Ablations
-(ModelConfig): `use_wukong=False` swaps each Wukong layer for an MLP layer of the same output shape;
-`use_sequence=False` drops the pyramid and adds the mean-pooled sequence as one more embedding.
-`SequenceConfig.candidate_token` adds the target ad to every layer's CLS tokens as a token of the events'
-own space (target-aware attention), carried from layer to layer; `match_candidate` marks each event whose
-attributes equal the target ad's.
-Kunlun's parts (`SequenceConfig.pffn`, `summary`, `window`, `comp_skip`; `WukongConfig.n_experts`)
-are switched on by config, each off by default (docs/MODEL.md says why).
+The output is flatten(X_last) ++ flatten(s_last). By default (no interleaving, since the events'
+match rows made the exchange level: docs/MODEL.md) the pyramid runs with learned CLS tokens and no
+personalisation, and its summary joins only at the top; `SequenceConfig.match_candidate` marks each
+event whose attributes equal the target ad's. Ablations (ModelConfig): `use_wukong=False` swaps each
+Wukong layer for an MLP layer of the same output shape; `use_sequence=False` drops the pyramid and adds
+the mean-pooled sequence as one more embedding. Kunlun's parts (the PFFN as GDPA, seed pooling, sliding
+windows, Computation Skip, Wukong experts) are research options in `model.experimental`, each off.
 """
 
 from __future__ import annotations
@@ -61,10 +58,10 @@ class NonSeqSummary(nn.Module):
 
     def __init__(self, n_in: int, dim: int, config: ModelConfig) -> None:
         super().__init__()
-        seq = config.sequence
+        seq, experimental = config.sequence, config.experimental
         self.n_cls, self.seq_dim = seq.n_cls, seq.dim
         self.cls = nn.Linear(n_in * dim, seq.n_cls * seq.dim)
-        self.gate = nn.Linear(n_in * dim, seq.pffn_rank) if seq.pffn == "lowrank" else None
+        self.gate = nn.Linear(n_in * dim, experimental.pffn_rank) if experimental.pffn == "lowrank" else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = x.flatten(1)
@@ -75,16 +72,16 @@ class InterFormerArch(nn.Module):
     def __init__(self, spec: FeatureSpec, config: ModelConfig, n_features: int) -> None:
         super().__init__()
         self.config = config
-        d, seq = config.embedding_dim, config.sequence
+        d, seq, experimental = config.embedding_dim, config.sequence, config.experimental
         n_layers = len(seq.pyramid)
         self.max_lengths = pyramid_max_lengths(spec, seq)
-        n_summary = summary_tokens(seq) if config.use_sequence else 0
+        n_summary = summary_tokens(seq, experimental) if config.use_sequence else 0
         n_out = config.wukong.n_fm + config.wukong.n_lc
-        self.interleaved = config.use_sequence and config.interleave
+        self.interleaved = config.use_sequence and experimental.interleave
         joins_each_layer = n_summary if self.interleaved else 0
         n_ins = [n_features + (0 if config.use_sequence else 1)] + [n_out] * (n_layers - 1)
         self.interaction = nn.ModuleList([
-            wukong_layer(n + joins_each_layer, d, config.wukong) if config.use_wukong
+            wukong_layer(n + joins_each_layer, d, config.wukong, experimental.wukong_experts) if config.use_wukong
             else MLPLayer(n + joins_each_layer, n_out, d, config.wukong.mlp_dims)
             for n in n_ins
         ])
@@ -92,24 +89,20 @@ class InterFormerArch(nn.Module):
             self.tokenizer = SequenceTokenizer(spec, d, seq.dim, seq.match_candidate)
             # Computation Skip: the first, third, ... layers skip self-attention and pool a fresh summary; the
             # others attend and reuse the summary pooled just before.
-            skips = [seq.comp_skip and i % 2 == 0 for i in range(n_layers)]
+            skips = [experimental.comp_skip and i % 2 == 0 for i in range(n_layers)]
             self.sequence = nn.ModuleList([
-                SequenceLayer(seq, keep, personalised=self.interleaved, context_dim=n * d, attends=not skip)
+                SequenceLayer(seq, experimental, keep, personalised=self.interleaved, context_dim=n * d,
+                              attends=not skip)
                 for keep, n, skip in zip(seq.pyramid, n_ins, skips)])
             # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
             if self.interleaved:
                 self.summaries = nn.ModuleList([
-                    SequenceSummary(seq, d, max_len=n, pools=not (seq.comp_skip and i % 2 == 1))
+                    SequenceSummary(seq, experimental, d, max_len=n, pools=not (experimental.comp_skip and i % 2 == 1))
                     for i, n in enumerate(self.max_lengths)])
-            else:
-                self.summaries = nn.ModuleList([SequenceSummary(seq, d, max_len=self.max_lengths[-1])])
-            if self.interleaved:
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:
+                self.summaries = nn.ModuleList([SequenceSummary(seq, experimental, d, max_len=self.max_lengths[-1])])
                 self.cls = nn.Parameter(torch.randn(seq.n_cls, seq.dim) * 0.02)
-            # Tells the target ad's token from the events (it has no action or age of its own).
-            self.candidate_marker = nn.Parameter(torch.zeros(seq.dim)) if seq.candidate_token else None
-            self.item_table = spec.sequence_table
         self.out_dim = (n_out + n_summary) * d
 
     def forward(self, x: torch.Tensor, sparse: SparseOutput) -> torch.Tensor:
@@ -123,22 +116,14 @@ class InterFormerArch(nn.Module):
         lengths, b = sparse.seq_lengths, x.shape[0]
         if self.tokenizer.match:
             tokens = tokens + self.tokenizer.candidate_match(sparse.seq_side, sparse.candidate_side, lengths)
-        candidate = None
-        if self.candidate_marker is not None:
-            candidate = self.tokenizer.candidate(sparse.pooled[self.item_table], sparse.candidate_side)
-            candidate = (candidate + self.candidate_marker).unsqueeze(1)  # [B, 1, Ds]
         pooled = None
         for i, seq_layer in enumerate(self.sequence):
             if self.interleaved:
                 cls, message = self.messages[i](x)
             else:
                 cls, message = self.cls.expand(b, -1, -1), None
-            if candidate is not None:
-                cls = torch.cat([cls, candidate], dim=1)  # the candidate's token carries on from layer to layer
             level_lengths = lengths
             tokens, lengths, cls_out, level = seq_layer(tokens, lengths, self.max_lengths[i], cls, message)
-            if candidate is not None:
-                candidate = cls_out[:, -1:]
             if self.interleaved:
                 summary, pooled = self.summaries[i](tokens, lengths, cls_out, level, level_lengths, pooled)
                 x = self.interaction[i](torch.cat([x, summary], dim=1))

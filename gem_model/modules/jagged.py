@@ -69,9 +69,3 @@ def keep_first(values: torch.Tensor, lengths: torch.Tensor,
     kept, dropped = (pos < k).nonzero().squeeze(1), (pos >= k).nonzero().squeeze(1)
     dropped_mean = segment_mean(values.index_select(0, dropped), rows[dropped], lengths.numel())
     return values.index_select(0, kept), lengths.clamp(max=k), dropped_mean, lengths > k
-
-
-def sort_within_rows(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """[L] token order that keeps each row's tokens together, rows in order, and sorts them by descending score."""
-    by_score = torch.argsort(scores, descending=True, stable=True)
-    return by_score.index_select(0, torch.argsort(row_ids(lengths).index_select(0, by_score), stable=True))

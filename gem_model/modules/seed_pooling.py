@@ -6,7 +6,8 @@ never copied per row, nothing is padded). There are more seeds than output token
 overcomplete. Stage two: `SumKronLinear` compresses the S seeds to `hsp_tokens` embeddings with a sum of
 `hsp_rank` Kronecker-factored maps, Y_b = sum_i Z_iᵀ X_b W_i. That costs k(S·T + Ds·D) parameters, not
 S·Ds·T·D, and keeps the joint seed-by-dimension structure that separate seed and dimension maps would lose.
-The public write-ups leave the sizes open; ours are config (docs/experiments/2026-12-04-kunlun-reading-notes.md §3).
+The public write-ups leave the sizes open; ours are config (`model.experimental.hsp_*`;
+docs/experiments/2026-12-04-kunlun-reading-notes.md §3).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from gem_model.config import SequenceConfig
+from gem_model.config import ExperimentalConfig
 from gem_model.modules.jagged import offsets_of
 from kernels.seed_attention import seed_attention
 
@@ -35,17 +36,17 @@ class SumKronLinear(nn.Module):
 
 
 class HierarchicalSeedPooling(nn.Module):
-    """Jagged tokens [L, Ds] with lengths [B] (at most `max_len`) -> [B, hsp_tokens, out_dim]; an empty row
-    pools to zeros."""
+    """Jagged tokens [L, Ds] (`dim` = Ds, `heads` heads) with lengths [B] (at most `max_len`) ->
+    [B, hsp_tokens, out_dim]; an empty row pools to zeros."""
 
-    def __init__(self, config: SequenceConfig, out_dim: int, max_len: int) -> None:
+    def __init__(self, config: ExperimentalConfig, dim: int, heads: int, out_dim: int, max_len: int) -> None:
         super().__init__()
-        self.heads, self.n_seeds, self.max_len = config.heads, config.hsp_seeds, max_len
-        self.seeds = nn.Parameter(torch.randn(config.hsp_seeds, config.dim) * 0.02)
-        self.norm = nn.LayerNorm(config.dim)
-        self.q = nn.Linear(config.dim, config.dim)
-        self.kv = nn.Linear(config.dim, 2 * config.dim)
-        self.compress = SumKronLinear(config.hsp_seeds, config.hsp_tokens, config.dim, out_dim, config.hsp_rank)
+        self.heads, self.n_seeds, self.max_len = heads, config.hsp_seeds, max_len
+        self.seeds = nn.Parameter(torch.randn(config.hsp_seeds, dim) * 0.02)
+        self.norm = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.compress = SumKronLinear(config.hsp_seeds, config.hsp_tokens, dim, out_dim, config.hsp_rank)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         b, (n_tokens, dim) = lengths.numel(), tokens.shape

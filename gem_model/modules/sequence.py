@@ -8,11 +8,12 @@ longest row. Layer i keeps only the `pyramid[i]` most recent tokens and pools th
 into one summary token, so the first layer sees the whole history once and later layers cost
 O(pyramid[i]²) per row.
 
-Each layer also takes CLS tokens (the non-sequential summary, InterFormer's way in) appended
-to every row, and an optional personalised FFN (a low-rank gate, or Kunlun's GDPA over keys and
-values made from the non-sequential side); the CLS outputs with the mean token and the most recent
-tokens, or with Hierarchical Seed Pooling's tokens, form the layer's sequence summary
-(`SequenceSummary`). Under Computation Skip every other layer skips its self-attention.
+Each layer also takes CLS tokens appended to every row (learned, or with InterFormer's interleaving
+the non-sequential side's summary), and, interleaved, a personalised FFN (a low-rank gate, or Kunlun's
+GDPA over keys and values made from the non-sequential side); the CLS outputs with the mean token and
+the most recent tokens, or with Hierarchical Seed Pooling's tokens, form the sequence summary
+(`SequenceSummary`). Under Computation Skip every other layer skips its self-attention. Interleaving,
+GDPA, sliding windows, seed pooling and Computation Skip are research options (`model.experimental`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from gem_model.config import FeatureSpec, SequenceConfig
+from gem_model.config import ExperimentalConfig, FeatureSpec, SequenceConfig
 from gem_model.modules.jagged import (
     concat_rows,
     first_tokens,
@@ -30,7 +31,6 @@ from gem_model.modules.jagged import (
     offsets_of,
     row_ids,
     segment_mean,
-    sort_within_rows,
 )
 from gem_model.modules.seed_pooling import HierarchicalSeedPooling
 from kernels.jagged_attention import jagged_attention, length_buckets
@@ -68,38 +68,28 @@ class SequenceTokenizer(nn.Module):
         return sum(table(((side[column] == candidate_side[column].index_select(0, rows)) & (side[column] > 0)).long())
                    for column, table in self.match.items())
 
-    def candidate(self, item: torch.Tensor, ids: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The target ad as a token [B, Ds]: its item embedding [B, D] and attribute ids [B] through the events'
-        own projection and tables, so an event of the ad's category shares a row with it; -1 ids add nothing."""
-        token = self.item(item)
-        for name, column_ids in ids.items():
-            token = token + self.side[name](column_ids.clamp(min=0)) * (column_ids >= 0).unsqueeze(1)
-        return token
-
 
 class JaggedAttentionBlock(nn.Module):
-    """Pre-LN transformer block on a jagged batch: x + Attn(LN x), then x + FFN(LN x)."""
+    """Pre-LN transformer block on a jagged batch: x + Attn(LN x), then x + FFN(LN x). `activation` is the
+    attention weights' (the softmax, or a GDPA pointwise one); `window` > 0 makes it sliding-window."""
 
-    def __init__(self, config: SequenceConfig) -> None:
+    def __init__(self, dim: int, heads: int, activation: str = "softmax", window: int = 0) -> None:
         super().__init__()
-        self.config = config
-        self.norm_attn, self.norm_ffn = nn.LayerNorm(config.dim), nn.LayerNorm(config.dim)
-        self.qkv = nn.Linear(config.dim, 3 * config.dim)
-        self.out = nn.Linear(config.dim, config.dim)
-        hidden = 2 * config.dim
-        self.ffn = nn.Sequential(nn.Linear(config.dim, hidden), nn.SiLU(), nn.Linear(hidden, config.dim))
-        self.dropout = nn.Dropout(config.dropout)
+        self.dim, self.heads, self.activation, self.window = dim, heads, activation, window
+        self.norm_attn, self.norm_ffn = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(), nn.Linear(2 * dim, dim))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, max_len: int, n_global: int = 0) -> torch.Tensor:
         """x [L, Ds] jagged; rows end with `n_global` tokens that a sliding window leaves global."""
-        c = self.config
-        q, k, v = self.qkv(self.norm_attn(x)).view(-1, 3, c.heads, c.dim // c.heads).unbind(1)
-        windowed = c.window > 0 and max_len > 2 * c.window + 1  # shorter rows: the window is the whole row
+        q, k, v = self.qkv(self.norm_attn(x)).view(-1, 3, self.heads, self.dim // self.heads).unbind(1)
+        windowed = self.window > 0 and max_len > 2 * self.window + 1  # shorter rows: the window is the whole row
         attended = jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets_of(lengths),
-                                    max_seq_len=max_len, causal=c.causal, activation=c.activation,
-                                    window=c.window if windowed else None, n_global=n_global if windowed else 0)
-        x = x + self.dropout(self.out(attended.reshape(-1, c.dim)))
-        return x + self.dropout(self.ffn(self.norm_ffn(x)))
+                                    max_seq_len=max_len, causal=False, activation=self.activation,
+                                    window=self.window if windowed else None, n_global=n_global if windowed else 0)
+        x = x + self.out(attended.reshape(-1, self.dim))
+        return x + self.ffn(self.norm_ffn(x))
 
 
 class PersonalizedFFN(nn.Module):
@@ -116,20 +106,20 @@ class PersonalizedFFN(nn.Module):
 
 
 class GDPAPersonalizedFFN(nn.Module):
-    """x + Out(act(Q(LN x) · K_bᵀ / sqrt(dh)) V_b / n_kv): each token of row b attends to `pffn_kv` keys and
+    """x + Out(act(Q(LN x) · K_bᵀ / sqrt(dh)) V_b / n_kv): each token of row b attends to `n_kv` keys and
     values made from that row's non-sequential side, context [B, C] (Kunlun's PFFN as generalized
     dot-product attention: a per-row two-layer FFN with W1 = K_bᵀ and W2 = V_b, n_kv its hidden width). Rows
     of similar lengths are padded into buckets (`kernels.jagged_attention.length_buckets`) and multiplied with
     their rows' keys and values in batches: gathering K_b and V_b for every token instead moves n_kv times
     the tokens' bytes and ran 3x slower than the low-rank PFFN's whole step at `small`."""
 
-    def __init__(self, config: SequenceConfig, context_dim: int) -> None:
+    def __init__(self, dim: int, heads: int, n_kv: int, activation: str, context_dim: int) -> None:
         super().__init__()
-        self.heads, self.n_kv, self.act = config.heads, config.pffn_kv, POINTWISE[config.pffn_activation]
-        self.norm = nn.LayerNorm(config.dim)
-        self.q = nn.Linear(config.dim, config.dim, bias=False)
-        self.kv = nn.Linear(context_dim, 2 * config.pffn_kv * config.dim)
-        self.out = nn.Linear(config.dim, config.dim)
+        self.heads, self.n_kv, self.act = heads, n_kv, POINTWISE[activation]
+        self.norm = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(context_dim, 2 * n_kv * dim)
+        self.out = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         (n_tokens, dim), b = x.shape, context.shape[0]
@@ -155,21 +145,21 @@ class GDPAPersonalizedFFN(nn.Module):
 
 
 class SequenceLayer(nn.Module):
-    """One pyramid level: PFFN, CLS tokens appended, jagged attention (unless `attends` is False: Computation
-    Skip), then keep `keep` tokens: the newest, or with `keep_by="importance"` the highest-scored, so the
-    layers above spend their compute on the events a learned score picks. `context_dim` is the width of the
-    flattened non-sequential side that a GDPA PFFN reads."""
+    """One pyramid level: PFFN (when `personalised`), CLS tokens appended, jagged attention (unless `attends` is
+    False: Computation Skip), then keep the `keep` newest tokens and pool the rest into one. `context_dim` is
+    the width of the flattened non-sequential side that a GDPA PFFN reads."""
 
-    def __init__(self, config: SequenceConfig, keep: int, personalised: bool, context_dim: int = 0,
-                 attends: bool = True) -> None:
+    def __init__(self, config: SequenceConfig, experimental: ExperimentalConfig, keep: int, personalised: bool,
+                 context_dim: int = 0, attends: bool = True) -> None:
         super().__init__()
-        self.config, self.keep = config, keep
+        self.keep = keep
         self.pffn: nn.Module | None = None
         if personalised:
-            self.pffn = (GDPAPersonalizedFFN(config, context_dim) if config.pffn == "gdpa"
-                         else PersonalizedFFN(config.dim, config.pffn_rank))
-        self.block = JaggedAttentionBlock(config) if attends else None
-        self.importance = nn.Linear(config.dim, 1) if config.keep_by == "importance" else None
+            self.pffn = (GDPAPersonalizedFFN(config.dim, config.heads, experimental.pffn_kv,
+                                             experimental.pffn_activation, context_dim)
+                         if experimental.pffn == "gdpa" else PersonalizedFFN(config.dim, experimental.pffn_rank))
+        self.block = (JaggedAttentionBlock(config.dim, config.heads, experimental.attention_activation,
+                                           experimental.attention_window) if attends else None)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor,
                 message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -190,39 +180,34 @@ class SequenceLayer(nn.Module):
         return *self._truncate(level, lengths), merged.index_select(0, cls_at).view(b, n_cls, dim), level
 
     def _truncate(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's first `keep` tokens (newest first, or by importance) and one mean token of the rest."""
-        if self.importance is not None:
-            score = self.importance(tokens).squeeze(1)
-            # Straight through: the values stay as they are, and the scorer learns from how each token is used.
-            gated = tokens * (1.0 + score - score.detach()).unsqueeze(1)
-            tokens = gated.index_select(0, sort_within_rows(score.detach(), lengths))
+        """Each row's first (newest) `keep` tokens and one mean token of the rest."""
         kept, kept_lengths, dropped_mean, pooled = keep_first(tokens, lengths, self.keep)
         pooled_means = dropped_mean.index_select(0, pooled.nonzero().squeeze(1))
         out, out_lengths, _, _ = concat_rows(kept, kept_lengths, pooled_means, pooled.long())
         return out, out_lengths
 
 
-def summary_tokens(config: SequenceConfig) -> int:
+def summary_tokens(config: SequenceConfig, experimental: ExperimentalConfig) -> int:
     """How many embeddings a `SequenceSummary` gives the non-sequential side."""
-    return (config.n_cls + config.candidate_token
-            + (config.hsp_tokens if config.summary == "hsp" else 1 + config.n_recent))
+    return config.n_cls + (experimental.hsp_tokens if experimental.seed_pooling else 1 + config.n_recent)
 
 
 class SequenceSummary(nn.Module):
     """[B, summary_tokens, D] gated summary tokens for the non-sequential side: the CLS outputs projected to
-    the embedding dim, with the mean token (of the kept tokens, or of the level with `summary_mean="level"`)
-    and the most recent tokens (`summary="mean_recent"`) or with
-    Hierarchical Seed Pooling's tokens (`summary="hsp"`), which pool the layer's whole level, every token
+    the embedding dim, with the mean of the kept tokens and the most recent tokens, or with Hierarchical Seed
+    Pooling's tokens (`model.experimental.seed_pooling`), which pool the layer's whole level, every token
     before the pyramid truncates it (rows of at most `max_len` tokens). A summary that does not `pool` (a
     Computation Skip layer that attends) is handed the pooled tokens of the layer before."""
 
-    def __init__(self, config: SequenceConfig, embedding_dim: int, max_len: int, pools: bool = True) -> None:
+    def __init__(self, config: SequenceConfig, experimental: ExperimentalConfig, embedding_dim: int, max_len: int,
+                 pools: bool = True) -> None:
         super().__init__()
-        self.kind, self.n_recent, self.mean_of_level = config.summary, config.n_recent, config.summary_mean == "level"
-        self.n_tokens = summary_tokens(config)
+        self.seed_pooling, self.n_recent = experimental.seed_pooling, config.n_recent
+        self.n_tokens = summary_tokens(config, experimental)
         self.proj = nn.Linear(config.dim, embedding_dim)
-        if self.kind == "hsp":
-            self.hsp = HierarchicalSeedPooling(config, embedding_dim, max_len) if pools else None
+        if self.seed_pooling:
+            self.hsp = (HierarchicalSeedPooling(experimental, config.dim, config.heads, embedding_dim, max_len)
+                        if pools else None)
             self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
         else:
             self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
@@ -232,15 +217,14 @@ class SequenceSummary(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer's output tokens [L', Ds] (lengths [B]), CLS outputs and level [L, Ds] (level_lengths [B]) ->
         (summary [B, n_tokens, D], the HSP tokens [B, T, D] for a later layer to reuse, or None)."""
-        if self.kind == "hsp":
+        if self.seed_pooling:
             if self.hsp is not None:
                 pooled = self.hsp(level, level_lengths)
             elif pooled is None:
                 raise ValueError("a SequenceSummary that does not pool needs the pooled tokens of the layer before")
             parts = torch.cat([self.proj(cls_out), pooled], dim=1)  # [B, n_tokens, D]
             return torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2) * parts, pooled
-        averaged, averaged_lengths = (level, level_lengths) if self.mean_of_level else (tokens, lengths)
-        mean = segment_mean(averaged, row_ids(averaged_lengths), lengths.numel()).unsqueeze(1)
+        mean = segment_mean(tokens, row_ids(lengths), lengths.numel()).unsqueeze(1)
         parts = torch.cat([cls_out, mean, first_tokens(tokens, lengths, self.n_recent)], dim=1)  # [B, S, Ds]
         gate = torch.sigmoid(self.gate(parts.flatten(1))).unsqueeze(2)
         return gate * self.proj(parts), None

@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from fbgemm_gpu.split_table_batched_embeddings_ops_training import WeightDecayMode
 from torch.utils.tensorboard import SummaryWriter
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv
@@ -74,16 +73,15 @@ def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelP
     if cfg.train.compile:
         model.interaction = torch.compile(model.interaction, dynamic=True)
     train_module = GemTrain(model, cfg.train)
-    apply_optimizer_in_backward(RowWiseAdagrad, train_module.model.sparse_arch.parameters(), {
-        "lr": cfg.train.sparse_lr, "weight_decay": cfg.train.sparse_weight_decay,
-        "weight_decay_mode": WeightDecayMode.L2 if cfg.train.sparse_weight_decay else WeightDecayMode.NONE})
+    apply_optimizer_in_backward(
+        RowWiseAdagrad, train_module.model.sparse_arch.parameters(), {"lr": cfg.train.sparse_lr}
+    )
     dmp = DistributedModelParallel(
         module=train_module, env=ShardingEnv.from_process_group(dist.group.WORLD), device=env.device
     )
     dense = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
-        lambda params: torch.optim.AdamW(
-            params, lr=cfg.train.dense_lr, weight_decay=cfg.train.dense_weight_decay),
+        lambda params: torch.optim.Adam(params, lr=cfg.train.dense_lr),
     )
     torch.manual_seed(cfg.train.seed + env.rank)  # per-rank stream for anything random from here on
     return dmp, CombinedOptimizer([dmp.fused_optimizer, dense])

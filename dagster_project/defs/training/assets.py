@@ -23,6 +23,7 @@ from dagster_project.defs.partitions import MODEL_VERSIONS
 from dagster_project.resources.lake import LakeResource
 from dagster_project.resources.launchers import JobLauncher
 from gem_lake.locks import partition_lock
+from gem_model.config import TASKS
 from gem_model.train.manifest import read_manifest
 from gem_model.train.promotion import PromotionDecision, PromotionRefusedError, promote
 
@@ -91,7 +92,7 @@ def _baselines(lake: LakeResource, manifest: dict, decision: PromotionDecision) 
     columns = ["this model", *([f"previous LATEST ({decision.incumbent})"] if before else []),
                "oracle (true probabilities)"]
     lines = ["| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for task in lake.config.model.tasks:
+    for task in TASKS:
         for name in ("auc", "ne"):
             cells = [metrics.get(f"{task}/{name}"), *([before.get(f"{task}/{name}")] if before else []),
                      metrics.get(f"{task}/oracle_{name}")]
