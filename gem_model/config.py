@@ -428,7 +428,8 @@ class FeatureSpec:
 
     features: Annotated[tuple[SparseFeature, ...], NonEmpty()] = (
         # Integer ids by modulo, labels hashed into enough rows that the synthetic world's never share one
-        # (tests/test_feature_tables.py checks it): a feature whose values share rows can't tell them apart.
+        # (tests/unit/gem_lake/test_feature_tables.py checks it): a feature whose values share rows can't tell
+        # them apart.
         SparseFeature("user_id", 4096, "user", "modulo"),
         SparseFeature("age_bucket", 64, "user"),
         SparseFeature("country", 64, "user"),
