@@ -1,10 +1,10 @@
-# GEM Pipeline. Two commands for a newcomer: `make demo` and `make test`.
+# GEM Pipeline. Two commands for a newcomer: `make demo` and `make test`; `make test-fast` while editing.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export GEM_HOME ?= $(CURDIR)/lakehouse
 
-.PHONY: demo test ui lint lock clean
+.PHONY: demo test test-fast ui lint lock clean
 
 # The environment: exact pins from requirements.lock, installed --no-deps (torchrec would otherwise
 # pull the CUDA fbgemm-gpu and an old torchmetrics), then the project, then Delta's jars.
@@ -19,8 +19,13 @@ $(VENV)/.installed: pyproject.toml requirements.lock jobs/delta-jars.pom.xml job
 demo: $(VENV)/.installed
 	$(BIN)/gem demo
 
+# The whole suite, as CI runs it: tests/unit, tests/e2e (marked slow) and tests/system (marked system).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q --durations=20
+
+# The unit tier for the edit-test loop, under 3 minutes on 2 cores: no end-to-end run, no system service.
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q --durations=10 -m "not slow and not system"
 
 ui: $(VENV)/.installed
 	home=$${DAGSTER_HOME:-$(GEM_HOME)/dagster}; mkdir -p $$home; \

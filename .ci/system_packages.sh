@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Debian packages of the real components that system tests run (tests/test_slurm.py: a one-node Slurm
-# with munge; tests/test_browser.py: headless Chromium and its chromedriver against the Dagster UI;
-# tests/test_postgres_storage.py: a PostgreSQL server as Dagster's instance storage).
+# Debian packages of the real components that system tests run (tests/system/test_slurm.py: a one-node Slurm
+# with munge; tests/system/test_browser.py: headless Chromium and its chromedriver against the Dagster UI;
+# tests/system/test_postgres_storage.py: a PostgreSQL server as Dagster's instance storage).
 # Idempotent: installs only what is missing. Needs root (CI) or sudo.
 set -euo pipefail
 packages=(slurmctld slurmd slurm-client munge chromium chromium-driver postgresql)

@@ -4,7 +4,7 @@ Asset checks verify each materialised table against this (`schema_violations`), 
 shows its descriptions beside each column (`dagster_project.defs.lake_tables.table_metadata`), and
 the per-layer tables of docs/tables.md are generated from it: `python -m gem_lake.table_contract`
 prints them, `--write docs/tables.md` replaces the generated blocks in place and `--check
-docs/tables.md` fails when they are stale (tests/test_table_contract.py runs the check).
+docs/tables.md` fails when they are stale (tests/unit/gem_lake/test_table_contract.py runs the check).
 
 A table guarantees its required columns: it never lacks one, key columns are never null and no two
 rows of a partition share their values (unless the contract says the keys only group rows). It

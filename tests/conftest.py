@@ -1,7 +1,11 @@
-"""Shared fixtures: one local Spark session, a temporary GEM_HOME per test, one e2e pipeline lake."""
+"""Shared fixtures (one local Spark session, a temporary GEM_HOME per test, one e2e pipeline lake, free ports)
+and the tiers: tests under tests/e2e are marked `slow`, those under tests/system `system`, so that
+`-m "not slow and not system"` is the unit tier (`make test-fast`)."""
 
 import json
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -12,6 +16,17 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 # The end-to-end lake: tiny, 4 days (2 of them the holdout the export scores).
 PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
+
+TESTS = Path(__file__).parent
+# Each tier's folder and the marker its tests get, so a test is in a tier by where it lives.
+TIER_MARKERS = {"e2e": "slow", "system": "system"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for folder, marker in TIER_MARKERS.items():
+            if item.path.is_relative_to(TESTS / folder):
+                item.add_marker(marker)
 
 
 def system_test_unavailable(problem: str) -> NoReturn:
@@ -32,6 +47,18 @@ def real_data_root() -> Path:
         return data_dir(GemConfig())
     except FileNotFoundError as missing:
         pytest.skip(f"real datasets are not on this machine: {missing}", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """A function returning a TCP port on 127.0.0.1 that is free when asked (a server should bind it soon)."""
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return port
 
 
 @pytest.fixture(scope="session")

@@ -89,7 +89,7 @@ PEAK_ARG=${peak:+--peak-flops $peak}
 # (3) Kernel parity on the device.
 # (-o: pyproject's warning filters name a Dagster class, and a GPU machine may have no Dagster.)
 run_step kernel_tests env $KERNEL_ENV "$PYTHON" -m pytest -q -p no:cacheprovider -o "filterwarnings=ignore::DeprecationWarning" \
-    tests/kernels -k "$TESTS" \
+    tests/unit/kernels -k "$TESTS" \
     --junitxml "$OUT/kernel_tests.xml"
 "$PYTHON" -c "import sys, json, xml.etree.ElementTree as E; s = E.parse(sys.argv[1]).getroot().iter('testsuite').__next__(); print(json.dumps({'step': 'kernel_tests_counts', **{k: int(s.get(k, 0)) for k in ('tests', 'failures', 'errors', 'skipped')}}))" \
     "$OUT/kernel_tests.xml" 2>/dev/null | tee -a "$results"

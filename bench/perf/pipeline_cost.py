@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.perf.pipeline_cost ali_ccp criteo ali_ccp
     GEM_SPARK_CONF="spark.sql.codegen.cache.maxEntries=4000" .venv/bin/python -m bench.perf.pipeline_cost ...
 
-Each named dataset runs the whole asset graph as `tests/test_datasets_e2e.py` does (its sample cut
+Each named dataset runs the whole asset graph as `tests/e2e/test_datasets.py` does (its sample cut
 to `gem_model.testing.samples.MAX_LINES` lines a file, two days, `tiny`) into a fresh lake, in this
 process and its one Spark session, so the first run also pays the JVM's warm-up and a dataset named
 twice shows a warm JVM's cost. Per run: wall seconds, the Spark jobs the driver ran and the classes

@@ -3,7 +3,7 @@
 The keys, types, ranges and defaults are read from the section dataclasses (`gem_model.config.sections`,
 `GemConfig`), and each key's description is the docstring written under its field, so the reference
 cannot drift from the code: `python -m gem_model.config.reference` prints it, `--write docs/CONFIG.md`
-replaces the file and `--check docs/CONFIG.md` fails when it is stale (tests/test_config_reference.py
+replaces the file and `--check docs/CONFIG.md` fails when it is stale (tests/unit/gem_model/test_config_reference.py
 runs the check). A field without a docstring is an error here.
 """
 
@@ -36,7 +36,7 @@ _INTRO = f"""# Configuration reference
 
 Every key of `GemConfig` (`gem_model/config/`), generated from the code:
 `{FIX}` rewrites this file, and
-`tests/test_config_reference.py` fails when it is stale. A run's config is a preset (`GEM_PRESET`,
+`tests/unit/gem_model/test_config_reference.py` fails when it is stale. A run's config is a preset (`GEM_PRESET`,
 below) with the overrides of the JSON file `GEM_CONFIG` names, nested as the keys are dotted:
 `model.sequence.dim` is `{{"model": {{"sequence": {{"dim": 48}}}}}}`. An unknown key is an error, and
 every value is checked against its type and range as the config is built (a `ConfigError` names the

@@ -3,7 +3,7 @@
 A field's range is declared in its type (`Days` is `Annotated[int, Between(1, 3660)]`, see
 `gem_model.config.validation`) and its description in the docstring written under it, which
 `python -m gem_model.config.reference` turns into docs/CONFIG.md (a field without one fails there and in
-tests/test_config_reference.py). Checks that span fields (a holdout shorter than the calendar, a factory
+tests/unit/gem_model/test_config_reference.py). Checks that span fields (a holdout shorter than the calendar, a factory
 string FAISS can build) live in each section's `__post_init__`; those that span sections in
 `GemConfig.__post_init__` (`gem_model.config.gem`).
 """
@@ -202,7 +202,8 @@ class FeatureSpec:
 
     features: Annotated[tuple[SparseFeature, ...], NonEmpty()] = (
         # Integer ids by modulo, labels hashed into enough rows that the synthetic world's never share one
-        # (tests/test_feature_tables.py checks it): a feature whose values share rows can't tell them apart.
+        # (tests/unit/gem_lake/test_feature_tables.py checks it): a feature whose values share rows can't tell
+        # them apart.
         SparseFeature("user_id", 4096, "user", "modulo"),
         SparseFeature("age_bucket", 64, "user"),
         SparseFeature("country", 64, "user"),

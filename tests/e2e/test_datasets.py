@@ -4,7 +4,7 @@ Each dataset gets its own lake (one source per lake) and the whole asset graph a
 a copy of its folder whose files longer than `gem_model.testing.samples.MAX_LINES` keep their first
 lines (Open Bandit's six 10,000-line logs; the other samples are whole), with the dataset's own model
 config where it has one: the shapes are the dataset's own and the run takes minutes, not ten
-(tests/test_sources.py lands every sample whole). Skipped when the datasets folder is absent (set
+(tests/unit/gem_lake/test_sources.py lands every sample whole). Skipped when the datasets folder is absent (set
 GEM_DATA_DIR to run it elsewhere).
 """
 
@@ -24,7 +24,7 @@ from gem_model.testing.samples import head_copy, sample_overrides
 from tests.conftest import real_data_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.dist]
-# "mapping" (the user's own logs) has no dataset here: tests/test_source_mapping.py lands one.
+# "mapping" (the user's own logs) has no dataset here: tests/unit/gem_lake/test_source_mapping.py lands one.
 REAL = [s for s in DATA_SOURCES if s not in ("synthetic", "mapping")]
 
 ROOT = real_data_root()

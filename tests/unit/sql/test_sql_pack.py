@@ -24,7 +24,7 @@ from gem_lake.table_contract import CONTRACT
 from gem_model.paths import GemPaths
 
 pytestmark = pytest.mark.spark
-SQL_DIR = Path(__file__).parents[1] / "sql"
+SQL_DIR = Path(__file__).parents[3] / "sql"
 D1, D2, D3, D4 = (date(2026, 11, d) for d in (1, 2, 3, 4))
 LN3 = math.log(3)  # sigmoid(ln 3) = 0.75, sigmoid(-ln 3) = 0.25
 

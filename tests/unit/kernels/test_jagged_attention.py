@@ -316,6 +316,6 @@ def test_auto_on_cpu_takes_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_import_does_not_import_triton() -> None:
     code = "import sys, kernels, kernels.jagged_attention; print('triton' in sys.modules)"
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import types
@@ -57,12 +56,6 @@ def k8s_launcher(**fields: Any) -> KubernetesTorchrunLauncher:
 
 def containers(pod_template: dict[str, Any]) -> list[dict[str, Any]]:
     return pod_template["spec"]["containers"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
@@ -370,7 +363,7 @@ exec "$@"
 
 
 @pytest.mark.dist
-def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch):
+def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch, free_port):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool, text in FAKE_SLURM.items():
@@ -542,7 +535,7 @@ def install_fake_kubernetes(monkeypatch: pytest.MonkeyPatch, operator: FakeTrain
 
 
 @pytest.mark.dist
-def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_path, monkeypatch):
+def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_path, monkeypatch, free_port):
     operator = FakeTrainingOperator()
     install_fake_kubernetes(monkeypatch, operator)
     gem_home = tmp_path / "gem"

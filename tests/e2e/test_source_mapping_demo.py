@@ -22,7 +22,7 @@ from gem_model.paths import GemPaths
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 USERS = [9_000_001 + i for i in range(8)]
 ADS = [8_000_001 + i for i in range(5)]
 HEADER = "at,user,ad,clicked,bought"

@@ -47,7 +47,8 @@ def instance(tmp_path, monkeypatch):
         yield inst
 
 
-def _started_run(instance: dg.DagsterInstance, timeout: float = 60) -> dg.DagsterRun:
+def _started_run(instance: dg.DagsterInstance, timeout: float = 300) -> dg.DagsterRun:
+    """The child's run once STARTED; the bound catches a child that never starts it (its op sleeps 600 s)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
@@ -65,7 +66,7 @@ def test_the_instance_config_turns_on_monitoring_with_a_health_checking_launcher
 def test_a_killed_run_is_marked_failed_and_a_live_one_is_not(instance, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
     child = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path, start_new_session=True)
     try:
         run = _started_run(instance)

@@ -2,7 +2,7 @@
 
 The log is written by the test (text user ids, yes/no labels, surface codes, its own time column), never
 a copy of the shared samples; Frappe, a built-in mapping, is checked with the other datasets in
-tests/test_sources.py.
+tests/unit/gem_lake/test_sources.py.
 """
 
 from __future__ import annotations

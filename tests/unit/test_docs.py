@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 READING_ORDER = DOCS / "README.md"
 MANUAL = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]

@@ -10,7 +10,7 @@ GEM_* variable is read by its one reader in `READERS` alone, and every other var
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # variable: the module (or package) that alone reads it, with a typed reader for everything else.
 READERS = {
@@ -28,7 +28,7 @@ READERS = {
     "GEM_DAGSTER_EXECUTOR": "dagster_project.definitions",
     "GEM_LAUNCHER": "dagster_project.resources.launchers",  # launcher_from_env
     "GEM_LAUNCHER_CONFIG": "dagster_project.resources.launchers",
-    "GEM_KERNEL_DEVICE": "tests.kernels.conftest",
+    "GEM_KERNEL_DEVICE": "tests.unit.kernels.conftest",
     "GEM_REQUIRE_SYSTEM_TESTS": "tests.conftest",  # system_test_unavailable
 }
 

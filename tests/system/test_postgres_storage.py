@@ -13,7 +13,6 @@ unless GEM_REQUIRE_SYSTEM_TESTS=1 (CI) makes that a failure.
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -48,12 +47,6 @@ class Postgres:
                                 dbname=db_name or self.db_name)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _bindir() -> Path | None:
     """Debian's newest /usr/lib/postgresql/<major>/bin (not on PATH there), else that of an `initdb` on PATH."""
     debian = sorted(Path("/usr/lib/postgresql").glob("[0-9]*/bin/initdb"),
@@ -65,7 +58,7 @@ def _bindir() -> Path | None:
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
+def postgres(free_port) -> Iterator[Postgres]:
     """A PostgreSQL server on 127.0.0.1 with an empty database `dagster` owned by the user `gem`."""
     bindir = _bindir()
     as_root = os.geteuid() == 0
@@ -81,7 +74,7 @@ def postgres() -> Iterator[Postgres]:
     # Not under pytest's tmp dir: as root that is mode 0700, which the postgres user cannot enter.
     root = Path(tempfile.mkdtemp(prefix="gem-postgres-"))
     data, log = root / "data", root / "server.log"
-    server = Postgres(host="127.0.0.1", port=_free_port(), username="gem", password=secrets.token_hex(16),
+    server = Postgres(host="127.0.0.1", port=free_port(), username="gem", password=secrets.token_hex(16),
                       db_name="dagster")
     (root / "password").write_text(server.password)
     if as_root:

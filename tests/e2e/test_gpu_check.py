@@ -6,18 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = ("peak", "kernel_tests", "attention", "train", "train_torch_embeddings", "score", "faiss")
+# Each step's bound (the script's STEP_TIMEOUT, 150 s by default) catches a hung step, not a slow machine: on
+# 2 cores under load a step takes minutes.
+STEP_TIMEOUT_S = 900
 
 
 def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "STEP_TIMEOUT": str(STEP_TIMEOUT_S)}
     run = subprocess.run(["bash", "bench/perf/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=len(STEPS) * STEP_TIMEOUT_S)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     status = {r["step"]: r["status"] for r in lines if "status" in r}
-    assert status == dict.fromkeys(
-        ("peak", "kernel_tests", "attention", "train", "train_torch_embeddings", "score", "faiss"), "ok")
+    assert status == dict.fromkeys(STEPS, "ok")
     results = {r["step"]: r for r in lines if "status" not in r}
     trains = {r["embeddings"]: r for r in lines if r["step"] == "train" and "status" not in r}
     assert set(trains) == {"fbgemm", "torch"} and trains["torch"]["steps"] == 3 and trains["torch"]["loss"] > 0
@@ -25,9 +30,15 @@ def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
     assert results["peak"]["bf16_flops_per_second"] > 0 and results["peak"]["fp32_flops_per_second"] > 0
     train = trains["fbgemm"]
     assert train["steps"] == 3 and train["examples_per_second"] > 0 and train["dense_flops_per_example"] > 0
-    assert 0 < train["mfu"] < 1 and train["loss"] > 0
+    # MFU is a rate over the peak measured in the same run: either can be taken while the CPU is busy (a
+    # busy peak gave an MFU of 8.4), so check that it is the step's rate over that peak, not its size.
+    peak = results["peak"]["bf16_flops_per_second"]
+    assert train["mfu"] == pytest.approx(train["dense_flops_per_example"] * train["examples_per_second"] / peak)
+    assert train["loss"] > 0
     score = results["score"]
-    assert score["finite"] and score["rows"] == 2048 and 0 < score["mfu"] < 1 and 0 < score["forward_mfu"] < 1
+    assert score["finite"] and score["rows"] == 2048
+    assert score["mfu"] == pytest.approx(score["flops_per_row"] * score["rows_per_second"] / peak)
+    assert score["forward_mfu"] == pytest.approx(score["flops_per_row"] * score["forward_rows_per_second"] / peak)
     assert score["max_abs_difference_from_cpu_fp32"] < 0.05  # bf16 autocast against float32
     assert results["faiss"]["recall_at_10"] > 0.5 and not results["faiss"]["on_gpu"]
     assert {r["path"] for r in lines if r["step"] == "attention" and "path" in r} == {"jagged", "padded"}

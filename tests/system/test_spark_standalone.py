@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,8 @@ from deltalake import DeltaTable
 from gem_model.paths import GemPaths
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "localhost"}  # no other interface
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spark_class(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -50,16 +43,16 @@ def _state(ui_port: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory) -> Iterator[tuple[str, int]]:
+def standalone(tmp_path_factory, free_port) -> Iterator[tuple[str, int]]:
     """(master URL, master web UI port) of a one-worker standalone cluster on 127.0.0.1."""
     root = tmp_path_factory.mktemp("standalone")
     env = {**os.environ, **LOOPBACK, "SPARK_WORKER_DIR": str(root / "work"), "SPARK_LOG_DIR": str(root)}
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     processes = [_spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                               "--webui-port", str(ui_port), log=root / "master.log", env=env)]
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 600  # a master or worker that never comes up, not a slow JVM start
         while True:
             try:
                 _state(ui_port)
@@ -69,7 +62,7 @@ def standalone(tmp_path_factory) -> Iterator[tuple[str, int]]:
                     pytest.fail(f"the Spark master did not start:\n{(root / 'master.log').read_text()[-3000:]}")
                 time.sleep(1)
         processes.append(_spark_class("org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
-                                      "--memory", "3g", "--webui-port", str(_free_port()), url,
+                                      "--memory", "3g", "--webui-port", str(free_port()), url,
                                       log=root / "worker.log", env=env))
         while not any(w["state"] == "ALIVE" for w in _state(ui_port)["workers"]):
             if time.monotonic() > deadline or processes[1].poll() is not None:
@@ -97,7 +90,7 @@ def test_spark_submit_to_a_standalone_cluster_builds_the_same_tables_as_local_mo
            "GEM_SPARK_CONF": "spark.executor.memory=2g;spark.cores.max=2"}
     command = [sys.executable, "-m", "jobs.spark_submit", "jobs/build_features.py", "--preset", "tiny",
                "--config", lake.config_path, "--days", "1"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"{shlex.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     submitted = done.stdout.splitlines()[0]
     assert f"--master {url}" in submitted and "delta-spark" in submitted

@@ -31,7 +31,7 @@ def test_python_workers_run_the_drivers_interpreter_not_the_python3_on_path(tmp_
     (fake / "python3").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "rows 1" in lines and "doubled 12" in lines

@@ -7,7 +7,7 @@ import pytest
 
 from gem_lake.table_contract import CONTRACT, FIX, Column, TableContract, main, render_doc, schema_violations
 
-DOC = Path(__file__).parents[1] / "docs" / "tables.md"
+DOC = Path(__file__).parents[3] / "docs" / "tables.md"
 IDX = "(by its `encoding`, hashed or modulo; 0 when it is null)"
 
 

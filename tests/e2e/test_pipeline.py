@@ -142,11 +142,11 @@ def test_gem_sql_reads_the_lake(pipeline, capsys):
     assert "rank" in out and "(3 rows)" in out
 
 
-@pytest.mark.parametrize("query", sorted(p.name for p in (Path(__file__).parents[1] / "sql").glob("*.sql")))
+@pytest.mark.parametrize("query", sorted(p.name for p in (Path(__file__).parents[2] / "sql").glob("*.sql")))
 def test_every_sql_query_returns_rows(pipeline, capsys, query):
     from jobs.cli import main
 
-    main(["sql", str(Path(__file__).parents[1] / "sql" / query), "--format", "json"])
+    main(["sql", str(Path(__file__).parents[2] / "sql" / query), "--format", "json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines() if line.startswith("{")]
     assert rows, query
     if query == "top_ads_for_user.sql":
@@ -179,9 +179,9 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     first = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     resume_dir = model_dir.with_name(model_dir.name + ".partial") / "resume"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 1800  # a run stuck before its first checkpoint, not a slow one
     while not list(resume_dir.glob("step-*/progress.json")) and first.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+        assert time.monotonic() < deadline, "no checkpoint within 30 minutes"
         time.sleep(0.05)
     # torchrun starts each worker in its own session: kill the workers and the agent, as a lost node would.
     workers = Path(f"/proc/{first.pid}/task/{first.pid}/children").read_text().split()
@@ -257,7 +257,7 @@ def test_the_report_asset_ran_every_query_of_the_sql_pack(pipeline):
     _, _, instance = pipeline
     event = instance.get_latest_materialization_event(dg.AssetKey(["reports", "sql_pack"]))
     metadata = event.asset_materialization.metadata
-    queries = sorted(p.stem for p in (Path(__file__).parents[1] / "sql").glob("*.sql"))
+    queries = sorted(p.stem for p in (Path(__file__).parents[2] / "sql").glob("*.sql"))
     assert metadata["queries_skipped"].value == {} and metadata["queries_run"].value == len(queries) >= 8
     assert all(metadata[f"{q}/rows"].value > 0 for q in queries)
 

@@ -338,7 +338,9 @@ def test_a_statement_is_stopped_at_its_time_limit_naming_it(lake, run):
         with pytest.raises(LakeSQLLimitError, match=r"ran past its time limit of 2 s .* `gem sql --timeout SECONDS`"):
             run(sql)
         elapsed = time.monotonic() - start
-        assert timeout <= elapsed < 2 * timeout  # stopped at the limit, not before and not long after
+        # Stopped by the limit: not before it, and long before the statement's own end (never, or hours away);
+        # the upper bound leaves a loaded machine a minute of delay.
+        assert timeout <= elapsed < timeout + 60
         assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
 
 
@@ -354,7 +356,7 @@ def test_a_long_statement_prints_nothing_on_stdout(lake):
             "                  'range(1000000) b').count()\n"
             "    except LakeSQLLimitError as error:\n"
             "        print(error, file=sys.stderr)\n")
-    env = dict(os.environ, GEM_HOME=str(lake.home), PYTHONPATH=str(Path(__file__).parents[1]))
+    env = dict(os.environ, GEM_HOME=str(lake.home), PYTHONPATH=str(Path(__file__).parents[3]))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.stderr.startswith("the statement ran past its time limit of 3 s")
     assert done.stdout == ""
@@ -373,7 +375,7 @@ def test_a_query_past_the_memory_and_spill_limits_is_stopped_naming_them(lake, t
 
 def _gem_sql_child(args: list[str], home: Path, tmp: Path, stderr: int) -> subprocess.Popen:
     """`gem sql ARGS` in a child process over the lake at `home`, spilling under `tmp`; stdout discarded."""
-    env = dict(os.environ, GEM_HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(Path(__file__).parents[1]))
+    env = dict(os.environ, GEM_HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(Path(__file__).parents[3]))
     return subprocess.Popen([sys.executable, "-m", "jobs.cli", "sql", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=stderr)
 
@@ -402,7 +404,7 @@ def test_gem_sql_memory_and_time_stay_bounded_under_the_attacks(lake, tmp_path, 
     assert status == 1
     assert "gem sql: the statement ran past its time limit of 4 s" in stderr
     assert rss < trivial_rss + memory_mib, (rss, trivial_rss)
-    assert elapsed < trivial_s + 2 * timeout
+    assert elapsed < trivial_s + timeout + 60  # stopped by the limit (the attack alone runs for hours), with slack
     # without --all the same attack prints the first rows and says more exist, at once
     _, elapsed, status, stderr = _gem_sql(["-e", attack, *limits], lake.home, tmp_path)
     assert (status, stderr) == (0, "gem sql: 1000 rows shown; more exist: --limit N shows N, --all every row\n")
@@ -411,10 +413,10 @@ def test_gem_sql_memory_and_time_stay_bounded_under_the_attacks(lake, tmp_path, 
 def test_a_killed_gem_sql_leaves_no_spill_folder_behind(lake, tmp_path):
     root = tmp_path / f"gem-sql-{os.getuid()}"  # the child's default_spill_root() under TMPDIR=tmp_path
     spilling = "SELECT a.range AS a, repeat('x', 100) AS pad FROM range(3000000) a ORDER BY pad, random()"
-    child = _gem_sql_child(["-e", spilling, "--all", "--timeout", "120", "--memory-limit", "32MB",
+    child = _gem_sql_child(["-e", spilling, "--all", "--timeout", "900", "--memory-limit", "32MB",
                             "--max-temp-size", "4GB"], lake.home, tmp_path, subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a child that never spills, however loaded the machine
         while not list(root.glob("*/duckdb_temp_*storage*")) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert list(root.glob("*/duckdb_temp_*storage*")), "the child never spilled"

@@ -63,7 +63,7 @@ def test_the_code_location_loads_without_torch_faiss_or_spark(tmp_path):
              f"build_definitions(lake=LakeResource(home={str(tmp_path)!r})); import sys; "
              f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).parents[1])
+                          cwd=Path(__file__).parents[3])
     assert done.stdout.strip() == "[]", done.stdout
 
 

@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -27,18 +27,12 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch")
 pytestmark = pytest.mark.dist
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _config(root: Path, host: str) -> str:
+def _config(root: Path, host: str, free_port: Callable[[], int]) -> str:
     return f"""\
 ClusterName=gemtest
 SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -66,7 +60,7 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
+def slurm(tmp_path_factory, free_port) -> Iterator[dict[str, str]]:
     """The environment (SLURM_CONF) of a one-node Slurm cluster running on this host."""
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
     if missing:
@@ -80,7 +74,7 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     key.chmod(0o400)
     conf = root / "slurm.conf"
     host = socket.gethostname().split(".")[0]  # the node's name, which the rendezvous host must resolve
-    conf.write_text(_config(root, host))
+    conf.write_text(_config(root, host, free_port))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     subprocess.run(["munged", "--force", f"--key-file={key}", f"--socket={root}/munge.socket",
                     f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log", f"--seed-file={root}/seed"],
@@ -88,7 +82,7 @@ def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
     try:
         subprocess.run(["slurmctld", "-i", "-f", str(conf)], check=True, env=env)
         subprocess.run(["slurmd", "-f", str(conf), "-N", host], check=True, env=env)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a node that never registers, not a slow daemon start
         while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
                                            text=True).stdout:
             if time.monotonic() > deadline:
