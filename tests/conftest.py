@@ -14,6 +14,18 @@ import pytest
 # Spark (the tests' sessions and the JVMs their subprocesses start) binds to loopback only.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+# The device the kernel tests run on: cpu (Triton's interpreter) or cuda (compiled kernels, bench/perf/gpu_check.sh).
+KERNEL_DEVICE = os.environ.get("GEM_KERNEL_DEVICE", "cpu")
+if KERNEL_DEVICE == "cpu":
+    # Triton decides once, when triton.language is first imported, whether its functions run compiled or in
+    # the CPU interpreter, and a test of any tier may import it first (fbgemm, torch.compile). So it is imported
+    # here, before any test, under TRITON_INTERPRET=1, which is then unset again: left in the environment it
+    # would reach every torchrun worker the other tests start. The kernel tests set it for themselves.
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton.language  # noqa: E402, F401
+
+    os.environ.pop("TRITON_INTERPRET")
+
 # The end-to-end lake: tiny, 4 days (2 of them the holdout the export scores).
 PIPELINE_OVERRIDES = {"world": {"n_days": 4, "impressions_per_day": 3000}}
 

@@ -28,7 +28,7 @@ READERS = {
     "GEM_DAGSTER_EXECUTOR": "dagster_project.definitions",
     "GEM_LAUNCHER": "dagster_project.resources.launchers",  # launcher_from_env
     "GEM_LAUNCHER_CONFIG": "dagster_project.resources.launchers",
-    "GEM_KERNEL_DEVICE": "tests.unit.kernels.conftest",
+    "GEM_KERNEL_DEVICE": "tests.conftest",
     "GEM_REQUIRE_SYSTEM_TESTS": "tests.conftest",  # system_test_unavailable
 }
 
