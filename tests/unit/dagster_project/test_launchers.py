@@ -331,6 +331,7 @@ def materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_local_launch_runs_the_module_under_torchrun_through_pipes(tmp_path, monkeypatch):
     monkeypatch.chdir(write_probe(tmp_path / "code"))  # the workers start in this process's working directory
@@ -362,6 +363,7 @@ exec "$@"
 }
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch, free_port):
     bin_dir = tmp_path / "bin"
@@ -534,6 +536,7 @@ def install_fake_kubernetes(monkeypatch: pytest.MonkeyPatch, operator: FakeTrain
         monkeypatch.setitem(sys.modules, name, module)
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_path, monkeypatch, free_port):
     operator = FakeTrainingOperator()

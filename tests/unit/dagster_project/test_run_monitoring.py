@@ -63,6 +63,7 @@ def test_the_instance_config_turns_on_monitoring_with_a_health_checking_launcher
     assert instance.run_monitoring_enabled and instance.run_launcher.supports_check_run_worker_health
 
 
+@pytest.mark.slow
 def test_a_killed_run_is_marked_failed_and_a_live_one_is_not(instance, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)

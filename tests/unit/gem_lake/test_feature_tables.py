@@ -34,6 +34,7 @@ def _impressions(spark):
     ])
 
 
+@pytest.mark.slow
 def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     spec = FeatureSpec(lookback_days=14)
     users = tables.silver_user_features(spark.createDataFrame([
@@ -62,6 +63,7 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     assert len(action) == 2 and action[0] == action[1] and 1 <= action[0] < spec.action_buckets
 
 
+@pytest.mark.slow
 def test_missing_dimension_rows_map_to_the_reserved_row(spark):
     spec = FeatureSpec()
     users = tables.silver_user_features(spark.createDataFrame(
@@ -86,6 +88,7 @@ def _own_features_spec() -> FeatureSpec:
                        sequence_item_attributes=("genre",))
 
 
+@pytest.mark.slow
 def test_a_datasets_own_fields_become_features_on_every_side(spark):
     spec = _own_features_spec()
     users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, gender="f", age_bucket=None)],
@@ -135,6 +138,7 @@ def test_hashing_is_stable_in_range_and_reserves_row_zero_for_missing(spark):
     assert idx[0] == idx[1] and all(1 <= i < 64 for i in idx[:3]) and idx[3] == 0
 
 
+@pytest.mark.slow
 def test_schema_policy_adds_columns_and_refuses_breaking_changes(spark, tmp_path):
     path = tmp_path / "t"
     day = date(2026, 11, 2)
@@ -149,6 +153,7 @@ def test_schema_policy_adds_columns_and_refuses_breaking_changes(spark, tmp_path
         replace_partition(spark.createDataFrame([Row(ds=DS, x=3)]), path, {"ds": DS})
 
 
+@pytest.mark.slow
 def test_replacing_a_partition_twice_never_duplicates(spark, tmp_path):
     path = tmp_path / "gold" / "events"
     events = _events(spark)
@@ -172,6 +177,7 @@ def test_modulo_gives_dense_ids_a_row_each_and_refuses_a_column_without_integers
         tables.silver_user_features(users, FeatureSpec())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
 def test_no_two_of_the_synthetic_worlds_values_share_a_row(spark, preset):
     from gem_lake.sources.world import AD_FORMATS, AGE_BUCKETS, COUNTRIES, DEVICES, OBJECTIVES
@@ -191,6 +197,7 @@ def test_no_two_of_the_synthetic_worlds_values_share_a_row(spark, preset):
         assert rows.distinct().count() == df.count(), f"{preset}: values of {name} share a row"
 
 
+@pytest.mark.slow
 def test_a_feature_table_takes_and_serves_rows_of_one_mapping_only(spark, tmp_path):
     from gem_model.data.loader import MAPPING_KEY, FeatureMappingError, open_delta, require_mapping
 

@@ -228,6 +228,7 @@ ATTACKS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("attack", "match"), [(a, m) for _, a, m in ATTACKS], ids=[i for i, _, _ in ATTACKS])
 def test_every_attack_fails_and_leaves_the_data_unchanged(lake, outside, sql, attack, match):
     before = _state(lake, outside)
@@ -326,6 +327,7 @@ def _slowly(query) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", [
     lambda sql: sql.query(NEVER_ENDS).fetchall(),
     lambda sql: sql.query(f"SET VARIABLE n = ({NEVER_ENDS});\nSELECT getvariable('n')"),
@@ -344,6 +346,7 @@ def test_a_statement_is_stopped_at_its_time_limit_naming_it(lake, run):
         assert sql.query("SELECT count(*) FROM gold.training_examples").fetchall() == [(3,)]
 
 
+@pytest.mark.slow
 def test_a_long_statement_prints_nothing_on_stdout(lake):
     """DuckDB draws a progress bar on stdout after 2 s (in a plain process, not under pytest's capture),
     which would land among the rows of `gem sql --format csv > file` and in the pack's run logs."""
@@ -389,6 +392,7 @@ def _gem_sql(args: list[str], home: Path, tmp: Path) -> tuple[float, float, int,
     return usage.ru_maxrss / 1024, elapsed, os.waitstatus_to_exitcode(status), child.stderr.read().decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", [
     "SELECT * FROM gold.training_examples a, range(100000) b, range(100000) c",  # 3e10 rows
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT * FROM r",

@@ -32,6 +32,7 @@ def _impressions(spark, n: int, day: date = DS, bad: int = 0, extra: dict | None
     return df
 
 
+@pytest.mark.slow
 def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
     paths = GemPaths(tmp_path)
     land(_impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
@@ -48,6 +49,7 @@ def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
     assert (allowed.accepted, allowed.rejected) == (0, 0) and read_table(spark, table).count() == 0
 
 
+@pytest.mark.slow
 def test_a_drop_beyond_the_fraction_is_refused_and_a_smaller_one_lands(spark, tmp_path):
     paths = GemPaths(tmp_path)
     land(_impressions(spark, 20), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
@@ -57,6 +59,7 @@ def test_a_drop_beyond_the_fraction_is_refused_and_a_smaller_one_lands(spark, tm
     assert landing.accepted == 10
 
 
+@pytest.mark.slow
 def test_a_landing_reads_back_its_own_day_alone_and_agrees_with_spark(spark, tmp_path):
     paths = GemPaths(tmp_path)
     land(_impressions(spark, 6, bad=2), "bronze.impressions", paths, SURFACES, DS)
@@ -71,6 +74,7 @@ def test_a_landing_reads_back_its_own_day_alone_and_agrees_with_spark(spark, tmp
     assert {r["source_partition"]: r["count"] for r in rejected} == {DS.isoformat(): 2, NEXT.isoformat(): 1}
 
 
+@pytest.mark.slow
 def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_relanded(spark, tmp_path, monkeypatch):
     paths = GemPaths(tmp_path)
     land(_impressions(spark, 10, bad=1), "bronze.impressions", paths, SURFACES, DS)
@@ -97,6 +101,7 @@ def test_a_landing_killed_between_its_two_commits_is_refused_downstream_until_re
     require_landed(paths, "bronze.impressions", [DS.isoformat()])
 
 
+@pytest.mark.slow
 def test_a_refused_landing_leaves_the_previous_journal_entry(spark, tmp_path):
     paths = GemPaths(tmp_path)
     land(_impressions(spark, 5, extra={"promo": "'x'"}), "bronze.impressions", paths, SURFACES, DS)
@@ -114,6 +119,7 @@ def test_one_landing_of_a_partition_at_a_time(spark, tmp_path):
     assert not paths.table("bronze.impressions").exists()
 
 
+@pytest.mark.slow
 def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, gem_home):
     from jobs.cli import main
 
@@ -135,6 +141,7 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
     assert land(_impressions(spark, 5, NEXT), "bronze.impressions", paths, SURFACES, NEXT).accepted == 5
 
 
+@pytest.mark.slow
 def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_path):
     """The observed case: a real source's files truncated to their headers, landed again over good data."""
     from gem_lake.features.build import land_bronze
@@ -170,6 +177,7 @@ def _events(spark, day: date, users: int):
                                        "ds date")
 
 
+@pytest.mark.slow
 def test_a_day_missing_from_the_lookback_fails_the_build_before_anything_is_written(spark, tmp_path):
     from gem_lake.features.build import MissingInputError, build_silver, build_user_sequences
 

@@ -32,6 +32,7 @@ def _impressions(spark):
     return spark.createDataFrame([Row(impression_id=i, **{**ok, **bad}) for i, bad in rows], SCHEMA)
 
 
+@pytest.mark.slow
 def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_path):
     paths = GemPaths(tmp_path)
     landing = land(_impressions(spark), "bronze.impressions", paths, SURFACES, DS)
@@ -50,6 +51,7 @@ def test_malformed_rows_are_quarantined_with_reasons_and_conserved(spark, tmp_pa
     assert {(r["raw_line"], r["source_file"], r["source_line"]) for r in rejected} == {(None, None, None)}
 
 
+@pytest.mark.slow
 def test_relanding_a_day_replaces_it_and_its_rejections(spark, tmp_path):
     paths = GemPaths(tmp_path)
     for _ in range(2):
@@ -112,6 +114,7 @@ def _from_lines(spark, rows):
          for i, n, raw, error, bad in rows], LINE_SCHEMA)
 
 
+@pytest.mark.slow
 def test_a_line_error_comes_first_and_its_raw_line_is_kept(spark, tmp_path):
     paths = GemPaths(tmp_path)
     raw = _from_lines(spark, [

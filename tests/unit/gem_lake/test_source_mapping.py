@@ -314,6 +314,7 @@ FEBRUARY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_a_users_own_log_lands_through_its_mapping(spark, tmp_path):
     (tmp_path / "logs").mkdir()
@@ -342,6 +343,7 @@ def test_a_users_own_log_lands_through_its_mapping(spark, tmp_path):
     assert len(users) == 3  # alice, bob, dave: carol's only line did not parse, so she is no user
 
 
+@pytest.mark.slow
 def test_a_click_log_lands_with_its_test_file_on_exactly_the_holdout_days(spark, tmp_path):
     """`clicked: all` (every row a click, `converted` its label) and `holdout_files` (a test split)."""
     (tmp_path / "logs").mkdir()
@@ -366,6 +368,7 @@ def test_a_click_log_lands_with_its_test_file_on_exactly_the_holdout_days(spark,
 COLUMNAR_ROWS = [("1", 7, 1), ("2", 8, 0), ("x", 9, 0), ("1", 8, 2), ("2", 8, 0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file_format", ["parquet", "delta"])
 def test_parquet_and_delta_logs_land_strictly(spark, tmp_path, file_format):
     logs = tmp_path / "logs"
@@ -400,6 +403,7 @@ def test_parquet_and_delta_logs_land_strictly(spark, tmp_path, file_format):
         land_bronze(spark, cfg, GemPaths(tmp_path / "other"), "bronze.impressions", cfg.world.days[0])
 
 
+@pytest.mark.slow
 def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(spark, tmp_path):
     """Views logged apart from the impressions: laid out with them in time order, bad lines quarantined."""
     (tmp_path / "logs").mkdir()
@@ -428,6 +432,7 @@ def test_events_from_a_file_of_their_own_share_the_impressions_calendar_by_time(
     assert rejected == [("bronze.events", "unparsable_at", "logs/views.csv", 5)]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_old_mac_line_endings_land_every_line(spark, tmp_path):
     """Bare CR line ends (no LF at all): the header is read as Spark splits lines, and every row lands."""

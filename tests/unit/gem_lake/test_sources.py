@@ -32,7 +32,8 @@ from tests.conftest import real_data_root
 
 ROOT = real_data_root()
 
-pytestmark = pytest.mark.spark
+# Slow as a whole: each dataset's module-scoped fixture lands its sample with Spark first.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 IMPRESSION_COLUMNS = [
     ("impression_id", "string"), ("ts", "timestamp"), ("ds", "date"), ("user_id", "bigint"), ("ad_id", "bigint"),

@@ -3,6 +3,7 @@
 import time
 
 import dagster as dg
+import pytest
 
 from dagster_project.resources.spark import SparkResource
 from gem_lake.spark.progress import SparkProgress
@@ -12,6 +13,7 @@ def _slow_job(spark) -> int:
     return spark.sparkContext.parallelize(range(16), 8).map(lambda x: time.sleep(0.25) or x).sum()
 
 
+@pytest.mark.slow
 def test_the_reporter_logs_each_active_stage_while_it_runs(spark):
     lines: list[str] = []
     with SparkProgress(spark.sparkContext, lines.append, interval_s=0.1):
@@ -25,6 +27,7 @@ def test_the_reporter_logs_each_active_stage_while_it_runs(spark):
     assert silent == []  # nothing runs, nothing is logged
 
 
+@pytest.mark.slow
 def test_a_dagster_step_waiting_on_spark_logs_its_progress(spark):
     @dg.asset
     def slow(spark: SparkResource) -> int:

@@ -20,6 +20,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_python_workers_run_the_drivers_interpreter_not_the_python3_on_path(tmp_path: Path) -> None:
     # Another `python3` first on PATH, as on a machine whose system Python is another minor version: it fails

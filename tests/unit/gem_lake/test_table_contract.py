@@ -116,6 +116,7 @@ def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_
         table_stats(path, {"day": "2026-11-01"})
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_the_contract_check_names_an_empty_table_null_or_repeated_keys_and_a_missing_column(spark, tmp_path):
     from dagster_project.defs.lake_tables import contract_check

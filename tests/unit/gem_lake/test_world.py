@@ -32,6 +32,7 @@ def world(spark):
     return source, events.cache(), impressions.cache()
 
 
+@pytest.mark.slow
 def test_same_rows_whatever_the_partitioning(spark):
     day = CFG.world.days[1]
     previous = spark.conf.get("spark.sql.shuffle.partitions")
@@ -45,6 +46,7 @@ def test_same_rows_whatever_the_partitioning(spark):
     assert len(a) == CFG.world.impressions_per_day and a == b
 
 
+@pytest.mark.slow
 def test_sequence_lengths_are_heavy_tailed(world):
     _, events, _ = world
     counts = events.groupBy("user_id").count()
@@ -53,6 +55,7 @@ def test_sequence_lengths_are_heavy_tailed(world):
     assert p99 >= 10 * p50  # a long tail of very active users
 
 
+@pytest.mark.slow
 def test_cold_start_users_and_ads_arrive_over_the_days(world):
     source, events, impressions = world
     ads = source.ads()
@@ -128,6 +131,7 @@ def test_click_logit_has_a_fourth_order_term(world):
     assert abs(means[(False, True)] - means[(False, False)]) < 0.1
 
 
+@pytest.mark.slow
 def test_offsite_carts_raise_conversion_on_every_surface(world):
     source, events, impressions = world
     carts = events.where((F.col("action") == CART_ACTION) & F.col("surface").isin(*CFG.world.surfaces))

@@ -51,6 +51,7 @@ def _worker(rank: int, port: int, root: Path) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_sharded_predictions_match_an_unsharded_copy(tmp_path, free_port):
     import torch.distributed.checkpoint as dcp
 
@@ -81,6 +82,7 @@ def _world_of_one(index: int, together, root: Path) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_plain_runs_on_one_machine_each_have_a_world_of_one(tmp_path):
     """A run outside torchrun takes no port, so two at once do not collide."""
     context = mp.get_context("spawn")

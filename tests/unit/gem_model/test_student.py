@@ -343,6 +343,7 @@ class InProcessLauncher(JobLauncher):
         main(list(args))
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_asset_materialises_students_and_a_metrics_partition_without_duplicates(tmp_path, spark, monkeypatch):
     from dagster_project.defs.student.assets import student_models

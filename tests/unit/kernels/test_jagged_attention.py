@@ -93,6 +93,7 @@ def test_reference_matches_dense_attention(causal: bool) -> None:
         torch.testing.assert_close(out[start:end], dense.transpose(0, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head_dim", [16, 32])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("causal", [True, False])
@@ -108,6 +109,7 @@ def test_parity_random_lengths(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("activation", GDPA_ACTIVATIONS)
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -119,6 +121,7 @@ def test_parity_gdpa_activations(kernel: str, activation: str, causal: bool, dev
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("activation", "window", "n_global"),
     [("softmax", 0, 0), ("softmax", 0, 2), ("softmax", 5, 0), ("softmax", 5, 2), ("softmax", 40, 2),
@@ -152,6 +155,7 @@ def test_window_sees_only_near_tokens_and_the_global_ones(kernel: str, device: t
     torch.testing.assert_close(before[38:], whole_row[38:])  # global queries see the whole row
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -165,6 +169,7 @@ def test_parity_long_row(kernel: str, activation: str, causal: bool, device: tor
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -32,6 +32,7 @@ def _run(fn, q: Tensor, k: Tensor, v: Tensor, dout: Tensor) -> list[Tensor]:
     return [out.detach(), *torch.autograd.grad(out, (q, k, v), dout)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("seeds", [5, 40])
 @pytest.mark.parametrize("activation", ["softmax", "silu", "gelu"])

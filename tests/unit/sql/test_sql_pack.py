@@ -148,6 +148,7 @@ def _query(sql: LakeSQL, name: str, **variables: object) -> list[dict]:
     return _rows(sql, (SQL_DIR / f"{name}.sql").read_text(), **variables)
 
 
+@pytest.mark.slow
 def test_calibration_per_surface_task_and_day(sql):
     rows = {(r["model_version"], r["ds"], r["surface"], r["task"]): r for r in _query(sql, "calibration_by_surface")}
     # m-new, 2026-11-02, feed (i1..i4): P(click) 0.75 vs 2 clicks in 4; P(conv | click) 0.75 vs 1 of the 2
