@@ -41,8 +41,9 @@ def _cpu_attention(query_shape, key_shape, value_shape, *args, out_shape=None, *
 
 
 @register_flop_formula(_aten._scaled_dot_product_flash_attention_for_cpu_backward)
-def _cpu_attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                            **kwargs) -> int:
+def _cpu_attention_backward(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
@@ -101,8 +102,9 @@ def variant_version(cfg: GemConfig, name: str, seed: int | None = None) -> str:
     return f"bench-{cfg.preset}-{cfg.data.source}-{name}-{variant_config(cfg, name, seed).fingerprint}"
 
 
-def train_variant(cfg: GemConfig, paths: GemPaths, name: str, data_version: int,
-                  seed: int | None = None) -> dict[str, Any]:
+def train_variant(
+    cfg: GemConfig, paths: GemPaths, name: str, data_version: int, seed: int | None = None
+) -> dict[str, Any]:
     return train(variant_config(cfg, name, seed), paths, variant_version(cfg, name, seed), data_version)
 
 
@@ -116,22 +118,33 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
     model_dir = paths.model_dir(version)
     if not (model_dir / "manifest.json").is_file():
         launcher, nproc = LocalTorchrunLauncher(), variant.train.nproc
-        args = ["--config", str(config_file), "--data", str(paths.table("gold.training_examples")),
-                "--data-version", str(data_version), "--model-dir", str(model_dir)]
-        subprocess.run(launcher.command("jobs.train", args, nproc), check=True, env=launcher.environment(nproc),
-                       cwd=REPO)
+        args = [
+            "--config",
+            str(config_file),
+            "--data",
+            str(paths.table("gold.training_examples")),
+            "--data-version",
+            str(data_version),
+            "--model-dir",
+            str(model_dir),
+        ]
+        subprocess.run(
+            launcher.command("jobs.train", args, nproc), check=True, env=launcher.environment(nproc), cwd=REPO
+        )
     manifest = json.loads((model_dir / "manifest.json").read_text())
     if (trained_on := manifest["training_data"]["delta_version"]) != data_version:
-        raise SystemExit(f"{model_dir} was trained on Delta version {trained_on} of gold.training_examples and the "
-                         f"table is at version {data_version} now, so its metrics are not this lake's: move the "
-                         "directory aside to retrain it, or use the GEM_HOME of the lake it was trained on")
+        raise SystemExit(
+            f"{model_dir} was trained on Delta version {trained_on} of gold.training_examples and the "
+            f"table is at version {data_version} now, so its metrics are not this lake's: move the "
+            "directory aside to retrain it, or use the GEM_HOME of the lake it was trained on"
+        )
     return manifest
 
 
-
 def dense_flops_per_example(cfg: GemConfig, paths: GemPaths) -> float:
-    stream = ExampleStream(paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size,
-                           end=cfg.world.holdout_start)
+    stream = ExampleStream(
+        paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size, end=cfg.world.holdout_start
+    )
     batch = next(iter(stream))
     torch.manual_seed(0)
     module = GemTrain(GemModel(cfg.features, cfg.model), cfg.train)

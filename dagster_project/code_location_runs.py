@@ -56,30 +56,46 @@ class CodeLocationRuns:
             raise RuntimeError(f"the code location {LOCATION} failed to load: {errors.to_string()}")
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._context.__exit__(kind, error, traceback)
 
     def _repository(self) -> tuple[Any, RemoteRepository]:
         location = self._context.create_request_context().get_code_location(LOCATION)
         return location, next(iter(location.get_repositories().values()))
 
-    def submit(self, job: str, partition: str | None = None, run_config: dict | None = None,
-               tags: dict[str, str] | None = None) -> dg.DagsterRun:
+    def submit(
+        self, job: str, partition: str | None = None, run_config: dict | None = None, tags: dict[str, str] | None = None
+    ) -> dg.DagsterRun:
         """Create and launch a run of `job` (one `partition` of a partitioned job), as the UI's launchpad does."""
         location, repository = self._repository()
         remote = repository.get_full_job(job)
         run_config = run_config or {}
-        plan = location.get_execution_plan(remote, run_config, step_keys_to_execute=None, known_state=None,
-                                           instance=self.instance)
+        plan = location.get_execution_plan(
+            remote, run_config, step_keys_to_execute=None, known_state=None, instance=self.instance
+        )
         run_tags = {**remote.tags, **(tags or {}), **_partition_tags(partition)}
         run = self.instance.create_run(
-            job_name=job, run_id=None, run_config=run_config, resolved_op_selection=None,
-            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute, op_selection=None,
-            status=None, root_run_id=None, parent_run_id=None, tags=run_tags, job_snapshot=remote.job_snapshot,
-            execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=remote.parent_job_snapshot,
-            remote_job_origin=remote.get_remote_origin(), job_code_origin=remote.get_python_origin(),
-            asset_selection=None, asset_check_selection=None, asset_graph=repository.asset_graph)
+            job_name=job,
+            run_id=None,
+            run_config=run_config,
+            resolved_op_selection=None,
+            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute,
+            op_selection=None,
+            status=None,
+            root_run_id=None,
+            parent_run_id=None,
+            tags=run_tags,
+            job_snapshot=remote.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot,
+            parent_job_snapshot=remote.parent_job_snapshot,
+            remote_job_origin=remote.get_remote_origin(),
+            job_code_origin=remote.get_python_origin(),
+            asset_selection=None,
+            asset_check_selection=None,
+            asset_graph=repository.asset_graph,
+        )
         return self.instance.launch_run(run.run_id, self._context.create_request_context())
 
     def wait(self, run_id: str) -> dg.DagsterRun:
@@ -91,9 +107,13 @@ class CodeLocationRuns:
         """Submit a run, wait for it, and raise `RunFailedError` naming its failed steps unless it succeeded."""
         run = self.wait(self.submit(job, partition, run_config).run_id)
         if run.status != dg.DagsterRunStatus.SUCCESS:
-            failures = [e.dagster_event.step_failure_data.error for e in
-                        self.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
+            failures = [
+                e.dagster_event.step_failure_data.error
+                for e in self.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+            ]
             causes = [((f.cause or f).message.strip() or "?").splitlines()[0] for f in failures if f is not None]
-            raise RunFailedError(f"{job}{f' [{partition}]' if partition else ''} ended {run.status.value} (run "
-                                 f"{run.run_id}): {'; '.join(causes) or 'see the run in the Dagster UI'}")
+            raise RunFailedError(
+                f"{job}{f' [{partition}]' if partition else ''} ended {run.status.value} (run "
+                f"{run.run_id}): {'; '.join(causes) or 'see the run in the Dagster UI'}"
+            )
         return run

@@ -38,23 +38,27 @@ def executor_from_env() -> dg.ExecutorDefinition:
     return EXECUTORS[name]
 
 
-def build_definitions(lake: LakeResource | None = None, spark: SparkResource | None = None,
-                      launcher: JobLauncher | None = None) -> dg.Definitions:
+def build_definitions(
+    lake: LakeResource | None = None, spark: SparkResource | None = None, launcher: JobLauncher | None = None
+) -> dg.Definitions:
     lake = lake or LakeResource.from_env()
     cfg = lake.config
     jobs = build_jobs()
     by_name = {j.name: j for j in jobs}
     return dg.Definitions(
-        assets=with_provenance([*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack,
-                                student_models], cfg),
-        asset_checks=[*build_feature_checks(cfg), *build_export_checks(cfg),
-                      *build_student_checks()],
+        assets=with_provenance(
+            [*build_feature_assets(cfg), teacher_model, *build_export_assets(cfg), sql_pack, student_models], cfg
+        ),
+        asset_checks=[*build_feature_checks(cfg), *build_export_checks(cfg), *build_student_checks()],
         jobs=jobs,
         schedules=build_schedules(by_name),
         sensors=build_sensors(by_name, cfg),
         executor=executor_from_env(),
-        resources={"lake": lake, "spark": spark or SparkResource(),
-                   "launcher": launcher or launcher_from_env(lake.home)},
+        resources={
+            "lake": lake,
+            "spark": spark or SparkResource(),
+            "launcher": launcher or launcher_from_env(lake.home),
+        },
     )
 
 

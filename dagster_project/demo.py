@@ -44,8 +44,9 @@ def in_process(defs: dg.Definitions, instance: dg.DagsterInstance) -> JobRunner:
     """Run jobs of `defs` in this process (tests: their own resources, no code server)."""
 
     def run(job: str, partition: str | None = None) -> dg.ExecuteInProcessResult:
-        result = defs.resolve_job_def(job).execute_in_process(instance=instance, partition_key=partition,
-                                                              tags=worker_tags())
+        result = defs.resolve_job_def(job).execute_in_process(
+            instance=instance, partition_key=partition, tags=worker_tags()
+        )
         if not result.success:
             raise RuntimeError(f"{job} failed for partition {partition}")
         return result
@@ -72,8 +73,11 @@ def run_pipeline(lake: LakeResource, run: JobRunner) -> None:
     if has_student_days(cfg):
         step("train_students_job", version)
     else:
-        print(f"skip train_students_job: world.holdout_days={cfg.world.holdout_days} leaves no day before the "
-              f"student.eval_days={cfg.student.eval_days} evaluation day(s)", flush=True)
+        print(
+            f"skip train_students_job: world.holdout_days={cfg.world.holdout_days} leaves no day before the "
+            f"student.eval_days={cfg.student.eval_days} evaluation day(s)",
+            flush=True,
+        )
     step("build_reports_job")
 
 
@@ -97,23 +101,32 @@ def summary(lake: LakeResource) -> str:
     lines += ["", f"Model {version} (holdout {', '.join(manifest['training_data']['holdout_days'])}):"]
     for task in TASKS:
         # Real datasets have no true probabilities, hence no oracle.
-        oracle = {name: f" (oracle {m[f'{task}/oracle_{name}']:.4f})" if f"{task}/oracle_{name}" in m else ""
-                  for name in ("auc", "ne")}
-        lines.append(f"  {task}: AUC {m.get(f'{task}/auc', float('nan')):.4f}{oracle['auc']}  "
-                     f"NE {m.get(f'{task}/ne', float('nan')):.4f}{oracle['ne']}  "
-                     f"calibration {m.get(f'{task}/calibration', float('nan')):.3f}")
+        oracle = {
+            name: f" (oracle {m[f'{task}/oracle_{name}']:.4f})" if f"{task}/oracle_{name}" in m else ""
+            for name in ("auc", "ne")
+        }
+        lines.append(
+            f"  {task}: AUC {m.get(f'{task}/auc', float('nan')):.4f}{oracle['auc']}  "
+            f"NE {m.get(f'{task}/ne', float('nan')):.4f}{oracle['ne']}  "
+            f"calibration {m.get(f'{task}/calibration', float('nan')):.3f}"
+        )
     last_day = lake.config.world.days[-1]
     lines += ["", f"Indexes ($GEM_HOME/indexes, {last_day}):"]
     k = lake.config.index.recall_k
     for name in ("ads", "users"):
         _, im = read_index(lake.paths.index_dir(name, version, last_day))
-        lines.append(f"  {name:<6} {im['factory']:<14} {im['row_count']:>7,} vectors  "
-                     f"recall@{k} {im[f'recall_at_{k}']:.3f}  {im['queries_per_second']:,.0f} queries/s")
+        lines.append(
+            f"  {name:<6} {im['factory']:<14} {im['row_count']:>7,} vectors  "
+            f"recall@{k} {im[f'recall_at_{k}']:.3f}  {im['queries_per_second']:,.0f} queries/s"
+        )
     lines += student_summary(lake, version)
-    lines += ["", f"Open the Dagster UI:  make ui   (DAGSTER_HOME={lake.paths.dagster_home})",
-              "Query the tables:     .venv/bin/gem sql -e 'SELECT surface, avg(ctr_logit) FROM "
-              "gold.teacher_logits GROUP BY surface'",
-              f"Nearest ads:          .venv/bin/gem neighbors --user-id 1 --k {k}"]
+    lines += [
+        "",
+        f"Open the Dagster UI:  make ui   (DAGSTER_HOME={lake.paths.dagster_home})",
+        "Query the tables:     .venv/bin/gem sql -e 'SELECT surface, avg(ctr_logit) FROM "
+        "gold.teacher_logits GROUP BY surface'",
+        f"Nearest ads:          .venv/bin/gem neighbors --user-id 1 --k {k}",
+    ]
     return "\n".join(lines)
 
 

@@ -63,8 +63,9 @@ def _started_after(ticks: int | None, timestamp: float) -> bool:
 def _boot_time() -> float:
     """The machine's boot by the wall clock (0.0 where /proc cannot tell)."""
     try:
-        return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        return next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
     except (OSError, ValueError, IndexError, StopIteration):
         return 0.0
 
@@ -103,15 +104,16 @@ class PidCheckingRunLauncher(DefaultRunLauncher):
         for record in self._instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
             message = (record.dagster_event.message or "") if record.dagster_event else ""
             if message.startswith(_STARTED_PROCESS):
-                return int(message[len(_STARTED_PROCESS):].rstrip(").")), socket.gethostname()
+                return int(message[len(_STARTED_PROCESS) :].rstrip(").")), socket.gethostname()
         return None, None
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
         pid, host = self._worker(run)
         if pid is None or host != socket.gethostname():
             return CheckRunHealthResult(WorkerStatus.RUNNING, "worker unknown or on another host: not judged")
-        gone = CheckRunHealthResult(WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone "
-                                                         "(killed or crashed)")
+        gone = CheckRunHealthResult(
+            WorkerStatus.FAILED, f"run worker process {pid} on {host} is gone (killed or crashed)"
+        )
         ticks = _start_ticks(pid)
         identity = _identity(ticks)
         if not _alive(pid) or (identity is not None and run.tags.get(PROCESS_TAG, identity) != identity):

@@ -50,9 +50,16 @@ from pyspark.sql import functions as F
 from gem_lake.locks import table_commit_lock
 from gem_model.paths import LAYERS, GemPaths
 
-_CONFLICTS = (ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
-              ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
-              MetadataChangedException, ProtocolChangedException)
+_CONFLICTS = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 
 
 def _predicate(partition: dict[str, object]) -> str:
@@ -101,8 +108,9 @@ def _schema(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
 
 
-def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy,
-             allow_schema_change: bool) -> tuple[DataFrame, bool]:
+def _conform(
+    spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy, allow_schema_change: bool
+) -> tuple[DataFrame, bool]:
     """(`df` ready to write, whether it adds columns); raises on a schema change the policy does not allow."""
     if not DeltaTable.isDeltaTable(spark, str(path)):
         return df, False
@@ -130,8 +138,10 @@ def _conform(spark: SparkSession, df: DataFrame, path: Path, policy: WritePolicy
 
 def _partition_filter(partition: dict[str, object] | None, prefix: str = "") -> pc.Expression | None:
     """The rows (or, with prefix "partition.", the log's file entries) of `partition`."""
-    terms = [pc.field(prefix + k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
-             for k, v in (partition or {}).items()]
+    terms = [
+        pc.field(prefix + k) == (pa.scalar(v, pa.date32()) if isinstance(v, date) else v)
+        for k, v in (partition or {}).items()
+    ]
     return reduce(lambda a, b: a & b, terms) if terms else None
 
 
@@ -178,8 +188,12 @@ class TableStats:
     repeated_keys: int = 0  # rows beyond the first of each value of the key asked for
 
 
-def table_stats(path: Path, partition: dict[str, object] | None = None,
-                null_columns: tuple[str, ...] = (), unique_key: tuple[str, ...] = ()) -> TableStats:
+def table_stats(
+    path: Path,
+    partition: dict[str, object] | None = None,
+    null_columns: tuple[str, ...] = (),
+    unique_key: tuple[str, ...] = (),
+) -> TableStats:
     """The schema, rows and null counts of `partition` (None: the whole table; values as Python values or their
     ISO strings) from one snapshot of the Delta log and the per-file statistics Delta writes beside each file
     (delta-rs: no Spark job). A column without statistics (Delta keeps them for the first 32 columns) or a file
@@ -215,8 +229,13 @@ def table_stats(path: Path, partition: dict[str, object] | None = None,
         nulls.update({c: data[c].null_count for c in unread})
         if unique_key:
             repeated = rows - data.group_by(list(unique_key)).aggregate([]).num_rows
-    return TableStats(log.version(), {k: _spark_type(t) for k, t in fields.items()}, rows,
-                      {c: int(n or 0) for c, n in nulls.items()}, repeated)
+    return TableStats(
+        log.version(),
+        {k: _spark_type(t) for k, t in fields.items()},
+        rows,
+        {c: int(n or 0) for c, n in nulls.items()},
+        repeated,
+    )
 
 
 def _stat_sum(files: pa.Table, column: str) -> int | None:
@@ -278,8 +297,13 @@ def _commit(writer, path: Path, commit_info: dict[str, str] | None) -> None:
         ) from err
 
 
-def replace_partition(df: DataFrame, path: Path, partition: dict[str, object], policy: WritePolicy = UNGUARDED,
-                      commit_info: dict[str, str] | None = None) -> int:
+def replace_partition(
+    df: DataFrame,
+    path: Path,
+    partition: dict[str, object],
+    policy: WritePolicy = UNGUARDED,
+    commit_info: dict[str, str] | None = None,
+) -> int:
     """Atomically replace the rows of `partition` (column -> value) in the Delta table at `path`.
 
     Delta checks that every written row satisfies the predicate, so a row of another day fails
@@ -291,15 +315,25 @@ def replace_partition(df: DataFrame, path: Path, partition: dict[str, object], p
     with table_commit_lock(path):
         conformed, adds_columns = _conform(spark, df, path, policy, allow_schema_change=False)
         check_row_drop(path, partition, rows, policy)
-        writer = (conformed.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-                  .option("mergeSchema", str(adds_columns).lower()).partitionBy(*partition))
+        writer = (
+            conformed.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", predicate)
+            .option("mergeSchema", str(adds_columns).lower())
+            .partitionBy(*partition)
+        )
         _commit(writer, path, commit_info)
     df.unpersist()
     return rows
 
 
-def overwrite_table(df: DataFrame, path: Path, allow_schema_change: bool = False, policy: WritePolicy = UNGUARDED,
-                    commit_info: dict[str, str] | None = None) -> int:
+def overwrite_table(
+    df: DataFrame,
+    path: Path,
+    allow_schema_change: bool = False,
+    policy: WritePolicy = UNGUARDED,
+    commit_info: dict[str, str] | None = None,
+) -> int:
     """Atomically replace the whole (unpartitioned) Delta table at `path`."""
     spark = df.sparkSession
     df = df.cache()
@@ -357,4 +391,3 @@ def existing_tables(paths: GemPaths) -> dict[str, Path]:
         for table_dir in sorted((paths.lake / layer).glob("*/_delta_log")):
             found[f"{layer}.{table_dir.parent.name}"] = table_dir.parent
     return found
-

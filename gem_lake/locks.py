@@ -41,8 +41,14 @@ class PartitionBusyError(RuntimeError):
 
 
 def _holder(label: str) -> str:
-    return json.dumps({"holder": label, "pid": os.getpid(), "host": socket.gethostname(),
-                       "since": datetime.now(UTC).isoformat(timespec="seconds")})
+    return json.dumps(
+        {
+            "holder": label,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+    )
 
 
 @contextmanager

@@ -45,13 +45,21 @@ RULES: dict[str, Rules] = {
     "bronze.ads": Rules(not_null=("ad_id",), non_negative=("ad_id", "advertiser_id"), unique=("ad_id",)),
     # One action of a user on an item at one time is one event: a repeat (a log written twice) would count twice
     # in every sequence.
-    "bronze.events": Rules(not_null=("user_id", "item_id", "action", "surface", "ts"),
-                           non_negative=("user_id", "item_id"), unique=("user_id", "item_id", "action", "ts"),
-                           checks_surface=True, checks_partition=True),
-    "bronze.impressions": Rules(not_null=("impression_id", "user_id", "ad_id", "surface", "ts", "clicked",
-                                          "converted"),
-                                non_negative=("user_id", "ad_id"), unique=("impression_id",), checks_surface=True,
-                                checks_partition=True, checks_funnel=True),
+    "bronze.events": Rules(
+        not_null=("user_id", "item_id", "action", "surface", "ts"),
+        non_negative=("user_id", "item_id"),
+        unique=("user_id", "item_id", "action", "ts"),
+        checks_surface=True,
+        checks_partition=True,
+    ),
+    "bronze.impressions": Rules(
+        not_null=("impression_id", "user_id", "ad_id", "surface", "ts", "clicked", "converted"),
+        non_negative=("user_id", "ad_id"),
+        unique=("impression_id",),
+        checks_surface=True,
+        checks_partition=True,
+        checks_funnel=True,
+    ),
 }
 
 
@@ -99,8 +107,7 @@ def _first(tests: list[tuple[Column, Column]]) -> Column:
     return reason if reason is not None else F.lit(None).cast("string")
 
 
-def split(df: DataFrame, table: str, surfaces: tuple[str, ...],
-          ds: date | None = None) -> tuple[DataFrame, DataFrame]:
+def split(df: DataFrame, table: str, surfaces: tuple[str, ...], ds: date | None = None) -> tuple[DataFrame, DataFrame]:
     """(accepted rows with `df`'s data columns, rejected rows in the `bronze.rejected_rows` schema)."""
     columns = data_columns(df)
     annotated = df.select("*", rejection_reason(df, table, surfaces, ds).alias("_reason"))

@@ -55,8 +55,10 @@ class TableContract:
             raise ValueError(f"TableContract: duplicate column names in {names}")
         missing = [c for c in (*self.keys, *self.partitioned_by) if c not in self.columns]
         if missing:
-            raise ValueError(f"TableContract: keys/partitioned_by {missing} are not required columns; "
-                             f"add them to the schema as required columns ({sorted(self.columns)})")
+            raise ValueError(
+                f"TableContract: keys/partitioned_by {missing} are not required columns; "
+                f"add them to the schema as required columns ({sorted(self.columns)})"
+            )
         undescribed = [c.name for c in self.schema if not c.description.strip()]
         if undescribed:
             raise ValueError(f"TableContract: columns {undescribed} have no description; give each one line")
@@ -78,8 +80,11 @@ def optional(*columns: Column) -> tuple[Column, ...]:
 
 def idx(feature: str) -> Column:
     """The `<feature>_idx` column: the feature's embedding row (docs/tables.md, silver)."""
-    return Column(f"{feature}_idx", "bigint",
-                  f"embedding row of `{feature}` (by its `encoding`, hashed or modulo; 0 when it is null)")
+    return Column(
+        f"{feature}_idx",
+        "bigint",
+        f"embedding row of `{feature}` (by its `encoding`, hashed or modulo; 0 when it is null)",
+    )
 
 
 USER_ID = Column("user_id", "bigint", "the user")
@@ -89,49 +94,74 @@ DS = Column("ds", "date", "the day of `ts`")
 MODEL_VERSION = Column("model_version", "string", "the teacher model version that scored it")
 
 # Observable attributes of the default FeatureSpec, and the synthetic world's own columns.
-USER_ATTRIBUTES = (Column("age_bucket", "string", "the user's age bucket"),
-                   Column("country", "string", "the user's country"),
-                   Column("device", "string", "the user's device"))
-AD_ATTRIBUTES = (Column("advertiser_id", "bigint", "the ad's advertiser"),
-                 Column("category", "bigint", "the ad's category"),
-                 Column("ad_format", "string", "the ad's format"),
-                 Column("objective", "string", "the ad's objective"))
+USER_ATTRIBUTES = (
+    Column("age_bucket", "string", "the user's age bucket"),
+    Column("country", "string", "the user's country"),
+    Column("device", "string", "the user's device"),
+)
+AD_ATTRIBUTES = (
+    Column("advertiser_id", "bigint", "the ad's advertiser"),
+    Column("category", "bigint", "the ad's category"),
+    Column("ad_format", "string", "the ad's format"),
+    Column("objective", "string", "the ad's objective"),
+)
 WORLD_USER = Column("signup_date", "date", "synthetic world: the user's first day (some arrive after the first day)")
-WORLD_AD = (Column("campaign_id", "bigint", "synthetic world: the ad's campaign"),
-            Column("launch_date", "date", "synthetic world: the ad's first day (later launches are cold starts)"))
+WORLD_AD = (
+    Column("campaign_id", "bigint", "synthetic world: the ad's campaign"),
+    Column("launch_date", "date", "synthetic world: the ad's first day (later launches are cold starts)"),
+)
 TRUTH = "synthetic world's truth, never a feature"
-USER_TRUTH = (Column("true_interest", "bigint", f"{TRUTH}: the user's primary interest (a category)"),
-              Column("true_interest2", "bigint", f"{TRUTH}: the user's secondary interest"),
-              Column("true_activity", "double", f"{TRUTH}: the user's activity (mean events per day)"))
-AD_TRUTH = (Column("true_quality", "double", f"{TRUTH}: the ad's quality"),
-            Column("true_trend", "double", f"{TRUTH}: the ad's popularity trend over the days"))
+USER_TRUTH = (
+    Column("true_interest", "bigint", f"{TRUTH}: the user's primary interest (a category)"),
+    Column("true_interest2", "bigint", f"{TRUTH}: the user's secondary interest"),
+    Column("true_activity", "double", f"{TRUTH}: the user's activity (mean events per day)"),
+)
+AD_TRUTH = (
+    Column("true_quality", "double", f"{TRUTH}: the ad's quality"),
+    Column("true_trend", "double", f"{TRUTH}: the ad's popularity trend over the days"),
+)
 
-IMPRESSION = (Column("impression_id", "string", "the impression"),
-              Column("ts", "timestamp", "when the ad was shown"), DS,
-              Column("user_id", "bigint", "the user it was shown to"),
-              Column("ad_id", "bigint", "the ad shown"),
-              Column("surface", "string", SURFACE),
-              Column("clicked", "boolean", "the user clicked"),
-              Column("converted", "boolean", "the user converted (implies `clicked`)"))
+IMPRESSION = (
+    Column("impression_id", "string", "the impression"),
+    Column("ts", "timestamp", "when the ad was shown"),
+    DS,
+    Column("user_id", "bigint", "the user it was shown to"),
+    Column("ad_id", "bigint", "the ad shown"),
+    Column("surface", "string", SURFACE),
+    Column("clicked", "boolean", "the user clicked"),
+    Column("converted", "boolean", "the user converted (implies `clicked`)"),
+)
 POSITION = Column("position", "int", "the ad's slot; null where the source logs none")
 HOUR_OF_DAY = Column("hour_of_day", "int", "the hour of `ts`, 0-23 (UTC), derived for every source")
-TRUE_RATES = (Column("p_click", "double", "true P(click) of the impression; null for real data"),
-              Column("p_convert", "double", "true P(conversion) of the impression; null for real data"))
+TRUE_RATES = (
+    Column("p_click", "double", "true P(click) of the impression; null for real data"),
+    Column("p_convert", "double", "true P(conversion) of the impression; null for real data"),
+)
 
 
 def sequence(before: str) -> tuple[Column, ...]:
     """The behaviour sequence columns: the user's events `before` a time, most recent first."""
-    return (Column("seq_item_ids", "array<bigint>", f"the items of the user's events {before}, most recent first"),
-            Column("seq_ts", "array<timestamp>", "the events' times"),
-            Column("seq_actions", "array<string>", "the events' actions"),
-            Column("seq_item_idx", "array<bigint>", "the items' embedding rows (mapped like `ad_id_idx`)"),
-            Column("seq_action_idx", "array<bigint>", "the hashed actions"),
-            Column("seq_age_idx", "array<bigint>",
-                   f"each event's age {before}: floor(log2(1 + minutes)), capped at `age_buckets - 1`"))
+    return (
+        Column("seq_item_ids", "array<bigint>", f"the items of the user's events {before}, most recent first"),
+        Column("seq_ts", "array<timestamp>", "the events' times"),
+        Column("seq_actions", "array<string>", "the events' actions"),
+        Column("seq_item_idx", "array<bigint>", "the items' embedding rows (mapped like `ad_id_idx`)"),
+        Column("seq_action_idx", "array<bigint>", "the hashed actions"),
+        Column(
+            "seq_age_idx",
+            "array<bigint>",
+            f"each event's age {before}: floor(log2(1 + minutes)), capped at `age_buckets - 1`",
+        ),
+    )
 
 
-SEQ_CATEGORY = Column("seq_category_idx", "array<bigint>", "each event item's `category` from `silver.ad_features`, "
-                      "mapped like `category_idx` (0 when the item is no ad there)", optional=True)
+SEQ_CATEGORY = Column(
+    "seq_category_idx",
+    "array<bigint>",
+    "each event item's `category` from `silver.ad_features`, "
+    "mapped like `category_idx` (0 when the item is no ad there)",
+    optional=True,
+)
 
 
 SEQUENCE_NOTES = "one `seq_<attribute>_idx` per `FeatureSpec.sequence_item_attributes` (default `category`)"
@@ -140,132 +170,218 @@ EMBEDDING = (MODEL_VERSION, Column("ds", "date", "the day scored"))
 CONTRACT: dict[str, TableContract] = {
     "bronze.users": TableContract(
         "the source's users, one row each",
-        (USER_ID, *USER_ATTRIBUTES, *optional(WORLD_USER, *USER_TRUTH)), ("user_id",),
-        notes="a real dataset's own user features"),
+        (USER_ID, *USER_ATTRIBUTES, *optional(WORLD_USER, *USER_TRUTH)),
+        ("user_id",),
+        notes="a real dataset's own user features",
+    ),
     "bronze.ads": TableContract(
         "the source's ads, one row each",
-        (AD_ID, *AD_ATTRIBUTES, *optional(*WORLD_AD, *AD_TRUTH)), ("ad_id",),
-        notes="a real dataset's own ad features"),
+        (AD_ID, *AD_ATTRIBUTES, *optional(*WORLD_AD, *AD_TRUTH)),
+        ("ad_id",),
+        notes="a real dataset's own ad features",
+    ),
     "bronze.events": TableContract(
         "behaviour events, one row each: a user acting on an item",
-        (Column("user_id", "bigint", "the acting user"),
-         Column("item_id", "bigint", "the item acted on (an id in the ad id space)"),
-         Column("action", "string", "what the user did"),
-         Column("surface", "string", SURFACE),
-         Column("ts", "timestamp", "when it happened"), DS),
-        ("user_id", "item_id", "action", "ts"), ("ds",),
-        notes="a real dataset's own event features"),
+        (
+            Column("user_id", "bigint", "the acting user"),
+            Column("item_id", "bigint", "the item acted on (an id in the ad id space)"),
+            Column("action", "string", "what the user did"),
+            Column("surface", "string", SURFACE),
+            Column("ts", "timestamp", "when it happened"),
+            DS,
+        ),
+        ("user_id", "item_id", "action", "ts"),
+        ("ds",),
+        notes="a real dataset's own event features",
+    ),
     "bronze.impressions": TableContract(
         "ad impressions with their labels, one row each",
         (*IMPRESSION, POSITION, *TRUE_RATES),
-        ("impression_id", "user_id", "ad_id", "ts"), ("ds",),
-        notes="a real dataset's own impression features"),
+        ("impression_id", "user_id", "ad_id", "ts"),
+        ("ds",),
+        notes="a real dataset's own impression features",
+    ),
     "bronze.rejected_rows": TableContract(
         "raw rows the quarantine rejected, one each, with the first rule it broke",
-        (Column("source_table", "string", "the bronze table the row was meant for"),
-         Column("source_partition", "string", "its `ds`, or `all` for a dimension"),
-         Column("reason", "string", "the first rule the row broke (Quarantine below)"),
-         Column("record", "string", "the whole raw row as JSON, as the source read it"),
-         Column("raw_line", "string", "the source file's line itself, byte for byte (bytes that are not UTF-8 "
+        (
+            Column("source_table", "string", "the bronze table the row was meant for"),
+            Column("source_partition", "string", "its `ds`, or `all` for a dimension"),
+            Column("reason", "string", "the first rule the row broke (Quarantine below)"),
+            Column("record", "string", "the whole raw row as JSON, as the source read it"),
+            Column(
+                "raw_line",
+                "string",
+                "the source file's line itself, byte for byte (bytes that are not UTF-8 "
                 "become U+FFFD); null for rows not read from a text file (the synthetic world, dimension rows "
-                "aggregated from many lines)"),
-         Column("source_file", "string", "that file, under the datasets folder; null when `raw_line` is"),
-         Column("source_line", "bigint", "its 1-based line number (the header is line 1); null when `raw_line` is")),
-        ("source_table", "source_partition", "reason"), ("source_table", "source_partition"), unique=False),
+                "aggregated from many lines)",
+            ),
+            Column("source_file", "string", "that file, under the datasets folder; null when `raw_line` is"),
+            Column("source_line", "bigint", "its 1-based line number (the header is line 1); null when `raw_line` is"),
+        ),
+        ("source_table", "source_partition", "reason"),
+        ("source_table", "source_partition"),
+        unique=False,
+    ),
     "silver.user_features": TableContract(
         "the observable `bronze.users` columns (no `true_*`) and their embedding rows, one row per user",
         (USER_ID, idx("user_id"), *optional(*USER_ATTRIBUTES, WORLD_USER, *(idx(c.name) for c in USER_ATTRIBUTES))),
         ("user_id",),
         notes="a real dataset's own user features, from `bronze.users`; one `<feature>_idx` per user-side "
-              "feature of `FeatureSpec.features`"),
+        "feature of `FeatureSpec.features`",
+    ),
     "silver.ad_features": TableContract(
         "the observable `bronze.ads` columns (no `true_*`) and their embedding rows, one row per ad",
-        (AD_ID, idx("ad_id"), *optional(*AD_ATTRIBUTES, *WORLD_AD, *(idx(c.name) for c in AD_ATTRIBUTES))), ("ad_id",),
+        (AD_ID, idx("ad_id"), *optional(*AD_ATTRIBUTES, *WORLD_AD, *(idx(c.name) for c in AD_ATTRIBUTES))),
+        ("ad_id",),
         notes="a real dataset's own ad features, from `bronze.ads`; one `<feature>_idx` per ad-side "
-              "feature of `FeatureSpec.features`"),
+        "feature of `FeatureSpec.features`",
+    ),
     "gold.user_sequences": TableContract(
         "each active user's events up to the end of `ds` (lookback `FeatureSpec.lookback_days`), "
         "at most `max_seq_len`, one row per user",
-        (USER_ID, Column("ds", "date", "the day the sequence ends with"), *sequence("before the end of `ds`"),
-         SEQ_CATEGORY),
-        ("user_id",), ("ds",), notes=SEQUENCE_NOTES),
+        (
+            USER_ID,
+            Column("ds", "date", "the day the sequence ends with"),
+            *sequence("before the end of `ds`"),
+            SEQ_CATEGORY,
+        ),
+        ("user_id",),
+        ("ds",),
+        notes=SEQUENCE_NOTES,
+    ),
     "gold.training_examples": TableContract(
         "one row per impression of `ds`: the impression, the user's and the ad's features, and the user's "
         "events strictly before `ts`, truncated to `max_seq_len`",
-        (*IMPRESSION, HOUR_OF_DAY, *sequence("before `ts`"), idx("user_id"), idx("ad_id"), idx("surface"),
-         *optional(POSITION, *TRUE_RATES, *USER_ATTRIBUTES, *AD_ATTRIBUTES,
-                   *(idx(c.name) for c in (*USER_ATTRIBUTES, *AD_ATTRIBUTES, POSITION, HOUR_OF_DAY))), SEQ_CATEGORY),
-        ("impression_id", "user_id", "ad_id", "ts"), ("ds",),
+        (
+            *IMPRESSION,
+            HOUR_OF_DAY,
+            *sequence("before `ts`"),
+            idx("user_id"),
+            idx("ad_id"),
+            idx("surface"),
+            *optional(
+                POSITION,
+                *TRUE_RATES,
+                *USER_ATTRIBUTES,
+                *AD_ATTRIBUTES,
+                *(idx(c.name) for c in (*USER_ATTRIBUTES, *AD_ATTRIBUTES, POSITION, HOUR_OF_DAY)),
+            ),
+            SEQ_CATEGORY,
+        ),
+        ("impression_id", "user_id", "ad_id", "ts"),
+        ("ds",),
         notes="every `bronze.impressions` column (a dataset's extras included); the user and ad attributes of "
-              "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per "
-              f"feature; {SEQUENCE_NOTES}"),
+        "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per "
+        f"feature; {SEQUENCE_NOTES}",
+    ),
     "gold.user_embeddings": TableContract(
         "each user's embedding from one model version on one day",
-        (USER_ID, *EMBEDDING,
-         Column("embedding", "array<float>", "the user's embedding: unit norm, length `model.repr_dim`")),
-        ("user_id", "model_version"), ("model_version", "ds")),
+        (
+            USER_ID,
+            *EMBEDDING,
+            Column("embedding", "array<float>", "the user's embedding: unit norm, length `model.repr_dim`"),
+        ),
+        ("user_id", "model_version"),
+        ("model_version", "ds"),
+    ),
     "gold.ad_embeddings": TableContract(
         "each ad's embedding from one model version on one day",
-        (AD_ID, *EMBEDDING,
-         Column("embedding", "array<float>", "the ad's embedding: unit norm, length `model.repr_dim`")),
-        ("ad_id", "model_version"), ("model_version", "ds")),
+        (
+            AD_ID,
+            *EMBEDDING,
+            Column("embedding", "array<float>", "the ad's embedding: unit norm, length `model.repr_dim`"),
+        ),
+        ("ad_id", "model_version"),
+        ("model_version", "ds"),
+    ),
     "gold.teacher_logits": TableContract(
         "a model version's logits for each impression of `ds`",
-        (IMPRESSION[0], IMPRESSION[3], IMPRESSION[4], IMPRESSION[5], Column("ds", "date", "the impression's day"),
-         MODEL_VERSION,
-         Column("ctr_logit", "float", "logit P(click | impression)"),
-         Column("cvr_logit", "float", "logit P(conversion | click)")),
-        ("impression_id", "model_version"), ("model_version", "ds")),
+        (
+            IMPRESSION[0],
+            IMPRESSION[3],
+            IMPRESSION[4],
+            IMPRESSION[5],
+            Column("ds", "date", "the impression's day"),
+            MODEL_VERSION,
+            Column("ctr_logit", "float", "logit P(click | impression)"),
+            Column("cvr_logit", "float", "logit P(conversion | click)"),
+        ),
+        ("impression_id", "model_version"),
+        ("model_version", "ds"),
+    ),
     "gold.user_ad_candidates": TableContract(
         "each user's top `export.candidates_k` ads from the ads index of that version and day",
-        (USER_ID, Column("ad_id", "bigint", "a candidate ad"),
-         Column("rank", "int", "1 = best"),
-         Column("score", "float", "the inner product of the user's and the ad's `embedding`"),
-         MODEL_VERSION, Column("ds", "date", "the day scored")),
-        ("user_id", "ad_id", "model_version"), ("model_version", "ds")),
+        (
+            USER_ID,
+            Column("ad_id", "bigint", "a candidate ad"),
+            Column("rank", "int", "1 = best"),
+            Column("score", "float", "the inner product of the user's and the ad's `embedding`"),
+            MODEL_VERSION,
+            Column("ds", "date", "the day scored"),
+        ),
+        ("user_id", "ad_id", "model_version"),
+        ("model_version", "ds"),
+    ),
     "gold.index_builds": TableContract(
         "one row per index build, the published manifest's numbers; a re-build of the same "
         "(index, version, day) replaces its row",
-        (Column("index_name", "string", "`ads` or `users`"),
-         Column("model_version", "string", "the model version whose embeddings it holds"),
-         Column("ds", "date", "the day of those embeddings"),
-         Column("factory", "string", "the FAISS index factory built"),
-         Column("configured_factory", "string", "the factory configured (`Flat` is built below `index.exact_below`)"),
-         Column("dimension", "int", "the embeddings' length"),
-         Column("row_count", "bigint", "the vectors indexed"),
-         Column("recall_at_k", "double", "recall@k against exact search"),
-         Column("k", "int", "the k of `recall_at_k`"),
-         Column("queries_per_second", "double", "the measured search throughput"),
-         Column("build_seconds", "double", "the build's duration"),
-         Column("sha256", "string", "the index file's checksum"),
-         Column("created_at", "timestamp", "when the build was made")),
-        ("index_name", "model_version", "ds"), ("index_name", "model_version", "ds")),
+        (
+            Column("index_name", "string", "`ads` or `users`"),
+            Column("model_version", "string", "the model version whose embeddings it holds"),
+            Column("ds", "date", "the day of those embeddings"),
+            Column("factory", "string", "the FAISS index factory built"),
+            Column(
+                "configured_factory", "string", "the factory configured (`Flat` is built below `index.exact_below`)"
+            ),
+            Column("dimension", "int", "the embeddings' length"),
+            Column("row_count", "bigint", "the vectors indexed"),
+            Column("recall_at_k", "double", "recall@k against exact search"),
+            Column("k", "int", "the k of `recall_at_k`"),
+            Column("queries_per_second", "double", "the measured search throughput"),
+            Column("build_seconds", "double", "the build's duration"),
+            Column("sha256", "string", "the index file's checksum"),
+            Column("created_at", "timestamp", "when the build was made"),
+        ),
+        ("index_name", "model_version", "ds"),
+        ("index_name", "model_version", "ds"),
+    ),
     "gold.student_metrics": TableContract(
         "a student version's manifest metrics, one row per (variant, surface or `all`, task), replaced whole "
         "when it is re-trained; a metric is null where undefined (the oracle has only `auc` and `ne`)",
-        (Column("student_version", "string", "the student version"),
-         Column("model_version", "string", "its teacher"),
-         Column("eval_start", "date", "the first of the students' evaluation days"),
-         Column("eval_end", "date", "the last of the evaluation days"),
-         Column("created_at", "timestamp", "when the student version was trained"),
-         Column("variant", "string", "a student as trained (`labels`, `kd`, `adapter`, `kd_embeddings`, "
+        (
+            Column("student_version", "string", "the student version"),
+            Column("model_version", "string", "its teacher"),
+            Column("eval_start", "date", "the first of the students' evaluation days"),
+            Column("eval_end", "date", "the last of the evaluation days"),
+            Column("created_at", "timestamp", "when the student version was trained"),
+            Column(
+                "variant",
+                "string",
+                "a student as trained (`labels`, `kd`, `adapter`, `kd_embeddings`, "
                 "`adapter_no_embeddings`) or a reference scored on the same rows (`teacher`, `teacher_adapted`, "
-                "`oracle`)"),
-         Column("surface", "string", "the surface, or `all` for every surface together"),
-         Column("task", "string", "`ctr` on impressions, or `cvr` = P(conversion | click) on clicks"),
-         Column("auc", "double", "AUC"),
-         Column("ne", "double", "normalised entropy (log loss over the label rate's entropy)"),
-         Column("calibration", "double", "mean prediction over the label rate"),
-         Column("log_loss", "double", "log loss"),
-         Column("rows", "bigint", "the rows evaluated"),
-         Column("positives", "bigint", "the positive labels among them")),
-        ("student_version", "variant", "surface", "task"), ("model_version", "student_version")),
+                "`oracle`)",
+            ),
+            Column("surface", "string", "the surface, or `all` for every surface together"),
+            Column("task", "string", "`ctr` on impressions, or `cvr` = P(conversion | click) on clicks"),
+            Column("auc", "double", "AUC"),
+            Column("ne", "double", "normalised entropy (log loss over the label rate's entropy)"),
+            Column("calibration", "double", "mean prediction over the label rate"),
+            Column("log_loss", "double", "log loss"),
+            Column("rows", "bigint", "the rows evaluated"),
+            Column("positives", "bigint", "the positive labels among them"),
+        ),
+        ("student_version", "variant", "surface", "task"),
+        ("model_version", "student_version"),
+    ),
 }
 
 LAYERS = ("bronze", "silver", "gold")
 FIX = "python -m gem_lake.table_contract --write docs/tables.md"
-_BLOCK = re.compile(r"<!-- generated by python -m gem_lake\.table_contract: (\w+); "
-                    r"edit gem_lake/table_contract\.py -->\n.*?<!-- end generated -->", re.DOTALL)
+_BLOCK = re.compile(
+    r"<!-- generated by python -m gem_lake\.table_contract: (\w+); "
+    r"edit gem_lake/table_contract\.py -->\n.*?<!-- end generated -->",
+    re.DOTALL,
+)
 
 
 def schema_violations(table: str, actual: dict[str, str]) -> list[str]:
@@ -299,8 +415,10 @@ def layer_markdown(layer: str) -> str:
     """The Markdown table of one layer's tables, as docs/tables.md holds it."""
     if layer not in LAYERS:
         raise ValueError(f"layer={layer!r} is not one of {LAYERS}")
-    rows = ["| table | holds | partitioned by | keys | columns | other columns (not guaranteed) |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| table | holds | partitioned by | keys | columns | other columns (not guaranteed) |",
+        "|---|---|---|---|---|---|",
+    ]
     for table, contract in CONTRACT.items():
         if table.split(".")[0] != layer:
             continue
@@ -324,14 +442,18 @@ def render_doc(text: str) -> str:
     """`text` (docs/tables.md) with each layer's generated block replaced by the contract's tables."""
     found = [m.group(1) for m in _BLOCK.finditer(text)]
     if sorted(found) != sorted(LAYERS):
-        raise ValueError(f"expected one generated block per layer {LAYERS}, found {found}; each starts with "
-                         f"{_start('<layer>')!r} and ends with '<!-- end generated -->'")
+        raise ValueError(
+            f"expected one generated block per layer {LAYERS}, found {found}; each starts with "
+            f"{_start('<layer>')!r} and ends with '<!-- end generated -->'"
+        )
     return _BLOCK.sub(lambda m: generated_block(m.group(1)), text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gem_lake.table_contract",
-                                     description="Print docs/tables.md's per-layer tables from the contract.")
+    parser = argparse.ArgumentParser(
+        prog="python -m gem_lake.table_contract",
+        description="Print docs/tables.md's per-layer tables from the contract.",
+    )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", metavar="DOC", type=Path, help="replace the generated blocks of DOC in place")
     action.add_argument("--check", metavar="DOC", type=Path, help="exit 1 when DOC's generated blocks are stale")

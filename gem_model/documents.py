@@ -37,8 +37,9 @@ def read_document(path: Path) -> str:
     with path.open("rb") as fh:
         data = fh.read(MAX_BYTES + 1)  # bounded: the path may name a device or a huge file
     if len(data) > MAX_BYTES:
-        raise DocumentError(f"is larger than {MAX_BYTES} bytes, far more than any hand-written document; "
-                            "point at the right file")
+        raise DocumentError(
+            f"is larger than {MAX_BYTES} bytes, far more than any hand-written document; point at the right file"
+        )
     if data.startswith(b"\x1f\x8b"):
         raise DocumentError("is gzip-compressed; decompress it: it must be UTF-8 text")
     if b"\x00" in data:
@@ -48,8 +49,10 @@ def read_document(path: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise DocumentError(f"is not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8 "
-                            "(e.g. `iconv -f latin1 -t utf-8`)") from None
+        raise DocumentError(
+            f"is not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8 "
+            "(e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
 
 
 def load_json(text: str) -> Any:
@@ -58,8 +61,9 @@ def load_json(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise DocumentError(f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; fix the syntax "
-                            "there") from None
+        raise DocumentError(
+            f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}; fix the syntax there"
+        ) from None
 
 
 def load_yaml(text: str) -> Any:
@@ -90,8 +94,9 @@ def _check_json_tokens(text: str) -> None:
         first = token.group()[0]
         if first in "[{":
             if len(objects) == MAX_DEPTH:
-                raise DocumentError(f"nests deeper than {MAX_DEPTH} levels at line {_line(text, token.start())}; "
-                                    "flatten it")
+                raise DocumentError(
+                    f"nests deeper than {MAX_DEPTH} levels at line {_line(text, token.start())}; flatten it"
+                )
             objects.append({} if first == "{" else None)
         elif first in "]}":
             if objects:
@@ -109,8 +114,10 @@ def _line(text: str, position: int) -> int:
 
 def _repeated(key: Any, first_line: int, line: int) -> DocumentError:
     shown = repr(key) if len(repr(key)) <= 40 else repr(key)[:37] + "..."
-    return DocumentError(f"repeats the key {shown} at line {line}, first given at line {first_line} (only one "
-                         "copy would be kept, silently); keep one")
+    return DocumentError(
+        f"repeats the key {shown} at line {line}, first given at line {first_line} (only one "
+        "copy would be kept, silently); keep one"
+    )
 
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # the C parser where PyYAML has libyaml
@@ -144,8 +151,10 @@ def _check_yaml_events(text: str) -> None:
     for event in yaml.parse(text, Loader=_StrictLoader):
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise DocumentError(f"uses an anchor or alias (& or *) at line {line}; write the value out in full: "
-                                "anchors and aliases are not read")
+            raise DocumentError(
+                f"uses an anchor or alias (& or *) at line {line}; write the value out in full: "
+                "anchors and aliases are not read"
+            )
         if getattr(event, "tag", None):
             raise DocumentError(f"uses a tag (!...) at line {line}; drop it, and quote a value that must stay text")
         if isinstance(event, yaml.DocumentStartEvent):

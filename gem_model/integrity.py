@@ -26,8 +26,11 @@ def file_sha256(path: Path) -> str:
 
 def file_digests(directory: Path) -> dict[str, dict[str, Any]]:
     """Relative path -> {"bytes", "sha256"} of every file under `directory` (sorted)."""
-    return {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def verify_files(directory: Path, expected: dict[str, dict[str, Any]], fix: str) -> None:
@@ -38,12 +41,15 @@ def verify_files(directory: Path, expected: dict[str, dict[str, Any]], fix: str)
             raise CorruptArtefactError(f"{path} is missing (its manifest lists it); {fix}")
         size = path.stat().st_size
         if size != digest["bytes"]:
-            raise CorruptArtefactError(f"{path} has {size:,} bytes, its manifest recorded {digest['bytes']:,} "
-                                       f"(truncated or overwritten); {fix}")
+            raise CorruptArtefactError(
+                f"{path} has {size:,} bytes, its manifest recorded {digest['bytes']:,} "
+                f"(truncated or overwritten); {fix}"
+            )
         actual = file_sha256(path)
         if actual != digest["sha256"]:
-            raise CorruptArtefactError(f"{path} is corrupt: sha256 {actual} differs from its manifest's "
-                                       f"{digest['sha256']}; {fix}")
+            raise CorruptArtefactError(
+                f"{path} is corrupt: sha256 {actual} differs from its manifest's {digest['sha256']}; {fix}"
+            )
 
 
 def read_manifest_file(path: Path, fix: str) -> dict[str, Any]:

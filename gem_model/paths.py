@@ -42,9 +42,7 @@ class GemPaths:
         """Path of a Delta table given as `<layer>.<table>`, e.g. `gold.user_embeddings`."""
         layer, _, name = qualified_name.partition(".")
         if layer not in LAYERS or not name:
-            raise ValueError(
-                f"table name {qualified_name!r} must be '<layer>.<table>' with layer in {LAYERS}"
-            )
+            raise ValueError(f"table name {qualified_name!r} must be '<layer>.<table>' with layer in {LAYERS}")
         return self.lake / layer / name
 
     def claim_source(self, source: str) -> None:
@@ -70,8 +68,9 @@ class GemPaths:
 
     def known_model_versions(self) -> list[str]:
         """Every finished model version (a directory with a manifest; `.partial` ones are still training)."""
-        return sorted(p.name for p in self.models.glob("*") if (p / "manifest.json").is_file()
-                      and not p.name.endswith(".partial"))
+        return sorted(
+            p.name for p in self.models.glob("*") if (p / "manifest.json").is_file() and not p.name.endswith(".partial")
+        )
 
     def require_model_version(self, version: str) -> str:
         """`version` if it names a finished model under `models/`; a ValueError naming the known versions if not."""
@@ -82,8 +81,9 @@ class GemPaths:
             problem = f"is not a model version under {self.models}"
         else:
             return version
-        raise ValueError(f"{version!r} {problem}; known versions: "
-                         f"{', '.join(known) or 'none (materialise teacher_model first)'}")
+        raise ValueError(
+            f"{version!r} {problem}; known versions: {', '.join(known) or 'none (materialise teacher_model first)'}"
+        )
 
     def latest_model_version(self) -> str:
         """The promoted model version, named by `models/LATEST` (set once the promotion rule accepted it)."""
@@ -105,8 +105,10 @@ class GemPaths:
     def set_latest_model_version(self, version: str) -> None:
         """Point `models/LATEST` at `version` (the promotion rule is `gem_model.train.promotion.promote`'s)."""
         if not is_plain_name(version):  # defence in depth: every caller passes a known version already
-            raise ValueError(f"set_latest_model_version: version={version!r} is not a plain model version name "
-                             "(letters, digits, '.', '_', '-'; no '/' or '..'); LATEST is unchanged")
+            raise ValueError(
+                f"set_latest_model_version: version={version!r} is not a plain model version name "
+                "(letters, digits, '.', '_', '-'; no '/' or '..'); LATEST is unchanged"
+            )
         pointer = self.models / "LATEST"
         tmp = pointer.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(version + "\n")
@@ -118,8 +120,9 @@ class GemPaths:
 
     def index_days(self, name: str, model_version: str) -> list[date]:
         """The days for which index `name` of `model_version` has a published build, oldest first."""
-        return sorted(date.fromisoformat(p.parent.name)
-                      for p in (self.home / "indexes" / name / model_version).glob("*/CURRENT"))
+        return sorted(
+            date.fromisoformat(p.parent.name) for p in (self.home / "indexes" / name / model_version).glob("*/CURRENT")
+        )
 
     def student_dir(self, student_version: str) -> Path:
         return self.home / "students" / student_version

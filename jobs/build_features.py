@@ -41,10 +41,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="JSON file of overrides")
     parser.add_argument("--data-source", help="override data.source (synthetic, taobao, criteo, ...)")
     parser.add_argument("--days", type=int, help="only the first N days of the calendar")
-    parser.add_argument("--allow-row-drop", action="store_true",
-                        help="let a landing replace bronze rows with an empty or much smaller batch")
-    parser.add_argument("--allow-missing-columns", action="store_true",
-                        help="write nulls for bronze columns that a batch lacks instead of refusing it")
+    parser.add_argument(
+        "--allow-row-drop",
+        action="store_true",
+        help="let a landing replace bronze rows with an empty or much smaller batch",
+    )
+    parser.add_argument(
+        "--allow-missing-columns",
+        action="store_true",
+        help="write nulls for bronze columns that a batch lacks instead of refusing it",
+    )
     args = parser.parse_args(argv)
     try:
         cfg = GemConfig.load(args.preset, args.config, args.data_source)

@@ -47,8 +47,9 @@ def _print_rows(columns: list[str], rows: list[list[object]], fmt: str) -> None:
     write_rows(sys.stdout, columns, rows, fmt)
 
 
-def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None,
-            limits: SQLLimits | None = None) -> None:
+def run_sql(
+    query: str, fmt: str, limit: int | None, variables: dict[str, str] | None = None, limits: SQLLimits | None = None
+) -> None:
     """Stream the rows of `query` to stdout as DuckDB produces them: at most `limit` (None: every row),
     each statement under `limits` (default `SQLLimits()`)."""
     import duckdb
@@ -76,8 +77,11 @@ def run_sql(query: str, fmt: str, limit: int | None, variables: dict[str, str] |
 
 def _sql_limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SQLLimits:
     """`SQLLimits` from the options given; an option left out keeps the default `SQLLimits` defines."""
-    given = {"timeout_s": ("--timeout", args.timeout), "memory_limit": ("--memory-limit", args.memory_limit),
-             "max_temp_directory_size": ("--max-temp-size", args.max_temp_size)}
+    given = {
+        "timeout_s": ("--timeout", args.timeout),
+        "memory_limit": ("--memory-limit", args.memory_limit),
+        "max_temp_directory_size": ("--max-temp-size", args.max_temp_size),
+    }
     for name, (option, value) in given.items():
         try:
             if value is not None:
@@ -110,9 +114,11 @@ def neighbors(paths: GemPaths, user_id: int, k: int, version: str, day: date) ->
     if len(match) == 0:
         raise SystemExit(f"gem neighbors: user_id {user_id} has no embedding for model {version} on {day}")
     scores, found = index.search(vectors[match[:1]], k)
-    _print_rows(["rank", "ad_id", "score"],
-                [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(found[0], scores[0])) if a >= 0],
-                "table")
+    _print_rows(
+        ["rank", "ad_id", "score"],
+        [[i + 1, int(a), round(float(s), 6)] for i, (a, s) in enumerate(zip(found[0], scores[0])) if a >= 0],
+        "table",
+    )
 
 
 def promote(paths: GemPaths, version: str, force_reason: str) -> None:
@@ -127,8 +133,11 @@ def promote(paths: GemPaths, version: str, force_reason: str) -> None:
     except (ConfigError, CorruptArtefactError) as error:
         raise SystemExit(f"gem promote: {error}") from None
     except PromotionRefusedError as error:
-        rollback = (" To roll back past the promoted model anyway: gem promote VERSION --force --reason TEXT"
-                    if error.decision.regressions and not error.decision.problems else "")
+        rollback = (
+            " To roll back past the promoted model anyway: gem promote VERSION --force --reason TEXT"
+            if error.decision.regressions and not error.decision.problems
+            else ""
+        )
         raise SystemExit(f"gem promote: {error}.{rollback}") from None
     print(f"LATEST -> {version} ({decision.description})")
 
@@ -204,8 +213,9 @@ def _model_version(paths: GemPaths, version: str | None, argument: str, parser: 
     try:
         return paths.require_model_version(version) if version is not None else paths.latest_model_version()
     except (ValueError, FileNotFoundError) as error:
-        parser.error(f"argument {argument}: {error}" if version is not None
-                     else f"argument {argument} not given, and {error}")
+        parser.error(
+            f"argument {argument}: {error}" if version is not None else f"argument {argument} not given, and {error}"
+        )
 
 
 def _listing(days: list[date]) -> str:
@@ -218,8 +228,9 @@ def _index_day(paths: GemPaths, version: str, ds: date | None, parser: argparse.
     """`ds`, or the newest day, if model `version` has a published ads index for it; a parser error if not."""
     days = paths.index_days("ads", version)
     if not days:
-        parser.error(f"argument --model-version: model {version} has no ads index; export a day first: "
-                     "gem export --ds D")
+        parser.error(
+            f"argument --model-version: model {version} has no ads index; export a day first: gem export --ds D"
+        )
     if ds is not None and ds not in days:
         parser.error(f"argument --ds: model {version} has no ads index for {ds}; its indexes: {_listing(days)}")
     return ds or days[-1]
@@ -233,8 +244,10 @@ def _export_day(paths: GemPaths, cfg: GemConfig, ds: date, parser: argparse.Argu
     calendar = daily_partitions(cfg)
     days = [d for d in partition_days(paths.table("gold.training_examples")) if calendar.has_partition_key(str(d))]
     if ds not in days:
-        parser.error(f"argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
-                     f"{_listing(days) or 'none yet (materialise build_features_job for a day first)'}")
+        parser.error(
+            f"argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
+            f"{_listing(days) or 'none yet (materialise build_features_job for a day first)'}"
+        )
     return ds
 
 
@@ -248,17 +261,38 @@ def main(argv: list[str] | None = None) -> None:
     sql.add_argument("-e", "--execute", help="a query string instead of a file")
     sql.add_argument("--format", choices=FORMATS, default="table")
     rows = sql.add_mutually_exclusive_group()
-    rows.add_argument("--limit", type=int, default=ROW_CAP, metavar="N",
-                      help=f"print at most N rows (default {ROW_CAP}); the output says when more exist")
+    rows.add_argument(
+        "--limit",
+        type=int,
+        default=ROW_CAP,
+        metavar="N",
+        help=f"print at most N rows (default {ROW_CAP}); the output says when more exist",
+    )
     rows.add_argument("--all", action="store_true", help="print every row, streamed as they come")
-    sql.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
-                     help="set a variable the file declares (repeatable), e.g. --var for_user_id=42")
-    sql.add_argument("--timeout", type=float, metavar="SECONDS", help="stop a statement past SECONDS, "
-                     f"its rows' output included (default {SQLLimits.timeout_s:g})")
-    sql.add_argument("--memory-limit", metavar="SIZE", help=f"DuckDB's memory, e.g. 2GB (default "
-                     f"{SQLLimits.memory_limit}); beyond it a query spills to disk under $TMPDIR")
-    sql.add_argument("--max-temp-size", metavar="SIZE", help="most a query may spill, e.g. 50GB (default "
-                     f"{SQLLimits.max_temp_directory_size})")
+    sql.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a variable the file declares (repeatable), e.g. --var for_user_id=42",
+    )
+    sql.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"stop a statement past SECONDS, its rows' output included (default {SQLLimits.timeout_s:g})",
+    )
+    sql.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help=f"DuckDB's memory, e.g. 2GB (default "
+        f"{SQLLimits.memory_limit}); beyond it a query spills to disk under $TMPDIR",
+    )
+    sql.add_argument(
+        "--max-temp-size",
+        metavar="SIZE",
+        help=f"most a query may spill, e.g. 50GB (default {SQLLimits.max_temp_directory_size})",
+    )
     nb = sub.add_parser("neighbors", help="nearest ads to a user from the FAISS index")
     nb.add_argument("--user-id", type=_int_from(0, MAX_ID), required=True)
     nb.add_argument("--k", type=_int_from(1, MAX_NEIGHBORS), default=10, help=f"1 to {MAX_NEIGHBORS} (default 10)")
@@ -266,8 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     nb.add_argument("--ds", type=_day, default=None, help="the index's day (default: the newest the version has)")
     pr = sub.add_parser("promote", help="point models/LATEST at a version the promotion rule accepts")
     pr.add_argument("version", metavar="VERSION", help="a model version name (gem sql: meta.models)")
-    pr.add_argument("--force", action="store_true",
-                    help="waive the comparison with the promoted model (a rollback); needs --reason")
+    pr.add_argument(
+        "--force", action="store_true", help="waive the comparison with the promoted model (a rollback); needs --reason"
+    )
     pr.add_argument("--reason", default="", help="why the comparison is waived, recorded with the decision")
     lk = sub.add_parser("lake", help="maintain the lake's tables").add_subparsers(dest="lake_command", required=True)
     dc = lk.add_parser("drop-columns", help="rewrite a table without some columns (one Delta commit)")
@@ -290,8 +325,13 @@ def main(argv: list[str] | None = None) -> None:
             sql.error("give exactly one of FILE or -e QUERY")
         if args.limit < 0:
             sql.error(f"argument --limit: {args.limit} must be 0 or more (--all prints every row)")
-        run_sql(args.execute if args.execute is not None else args.file.read_text(), args.format,
-                None if args.all else args.limit, _variables(args.var, sql), _sql_limits(args, sql))
+        run_sql(
+            args.execute if args.execute is not None else args.file.read_text(),
+            args.format,
+            None if args.all else args.limit,
+            _variables(args.var, sql),
+            _sql_limits(args, sql),
+        )
     elif args.command == "export":
         try:
             cfg = GemConfig.from_env()
@@ -301,8 +341,10 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"gem export: {error}") from None
     elif args.command == "promote":
         if args.force != bool(args.reason.strip()):
-            pr.error("argument --reason: --force and a non-empty --reason go together: the reason is recorded "
-                     "with the decision, e.g. --force --reason 'roll back: serving regression'")
+            pr.error(
+                "argument --reason: --force and a non-empty --reason go together: the reason is recorded "
+                "with the decision, e.g. --force --reason 'roll back: serving regression'"
+            )
         promote(paths, _model_version(paths, args.version, "VERSION", pr), args.reason.strip())
     elif args.command == "lake":
         drop_columns(args.table, args.columns)

@@ -33,8 +33,16 @@ def install(target: Path) -> list[Path]:
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ],
         check=True,
     )
     provided = {artifact_name(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}

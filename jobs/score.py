@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     export = GemConfig.from_dict({"export": json.loads(args.export_config)}).export
     env = init_distributed()
     with open_pipes(reports=env.rank == 0) as pipes:
+
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:
@@ -55,8 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         counts = score_day(GemPaths.from_env(), args.model_version, args.ds, args.users, args.out, env, export, log)
         if env.rank == 0:
             seconds = time.monotonic() - started
-            log(f"scored ds={args.ds} with {args.model_version} on {env.world_size} rank(s) in {seconds:.1f}s: "
-                f"{counts}")
+            log(
+                f"scored ds={args.ds} with {args.model_version} on {env.world_size} rank(s) in {seconds:.1f}s: {counts}"
+            )
     dist.barrier()
     dist.destroy_process_group()
 

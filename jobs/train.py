@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = GemConfig.from_dict(json.loads(args.config.read_text()))
     env = init_distributed()
     with open_pipes(reports=env.rank == 0) as pipes:
+
         def log(message: str) -> None:
             if env.rank != 0:
                 return
@@ -71,18 +72,28 @@ def main(argv: list[str] | None = None) -> None:
 
         started = time.monotonic()
         holdout, start = cfg.world.holdout_start, cfg.train_start
-        common = dict(path=args.data, spec=cfg.features, batch_size=cfg.train.batch_size, rank=env.rank,
-                      world_size=env.world_size, version=args.data_version)
-        train_stream = ExampleStream(**common, start=start, end=holdout, shuffle_buffer=8 * cfg.train.batch_size,
-                                     seed=cfg.train.seed)
+        common = dict(
+            path=args.data,
+            spec=cfg.features,
+            batch_size=cfg.train.batch_size,
+            rank=env.rank,
+            world_size=env.world_size,
+            version=args.data_version,
+        )
+        train_stream = ExampleStream(
+            **common, start=start, end=holdout, shuffle_buffer=8 * cfg.train.batch_size, seed=cfg.train.seed
+        )
         holdout_stream = ExampleStream(**common, start=holdout)
-        log(f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training rows from "
+        log(
+            f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training rows from "
             f"{start or 'the first day'} to before {holdout}, {holdout_stream.total_rows} holdout rows, "
-            f"Delta version {args.data_version}")
+            f"Delta version {args.data_version}"
+        )
 
         dmp, optimizer = build_sharded_model(cfg, env)
-        plan = {name: {t: s.sharding_type for t, s in module_plan.items()}
-                for name, module_plan in dmp.plan.plan.items()}
+        plan = {
+            name: {t: s.sharding_type for t, s in module_plan.items()} for name, module_plan in dmp.plan.plan.items()
+        }
         log(f"sharding plan: {plan}")
         model_dir = args.model_dir
         # Kept across launches: a re-run of the same version (same config and data) resumes here.
@@ -104,11 +115,13 @@ def main(argv: list[str] | None = None) -> None:
                 "model_version": model_dir.name,
                 "created_at": datetime.now(UTC).isoformat(),
                 "config": cfg.to_dict(),
-                "training_data": {"table": "gold.training_examples", "path": str(args.data),
-                                  "delta_version": args.data_version,
-                                  "train_days": [str(d) for d in cfg.world.days
-                                                 if (start is None or d >= start) and d < holdout],
-                                  "holdout_days": [str(d) for d in cfg.world.days if d >= holdout]},
+                "training_data": {
+                    "table": "gold.training_examples",
+                    "path": str(args.data),
+                    "delta_version": args.data_version,
+                    "train_days": [str(d) for d in cfg.world.days if (start is None or d >= start) and d < holdout],
+                    "holdout_days": [str(d) for d in cfg.world.days if d >= holdout],
+                },
                 "world_size": env.world_size,
                 "checkpoint_files": file_digests(staging / "checkpoint"),
                 "sharding_plan": plan,
@@ -128,8 +141,11 @@ def main(argv: list[str] | None = None) -> None:
             log(f"holdout metrics: {json.dumps(headline)}; wrote {model_dir}")
             if pipes is not None:
                 pipes.report_asset_materialization(
-                    metadata={"model_version": model_dir.name, **headline,
-                              "epoch_losses": {"raw_value": epoch_losses, "type": "json"}},
+                    metadata={
+                        "model_version": model_dir.name,
+                        **headline,
+                        "epoch_losses": {"raw_value": epoch_losses, "type": "json"},
+                    },
                     data_version=model_dir.name,
                 )
     dist.barrier()

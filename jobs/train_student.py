@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     # 2-core machine two threads made a training step ~50x slower than one (~300 ms against ~4 ms).
     torch.set_num_threads(1)
     with open_pipes() as pipes:
+
         def log(message: str) -> None:
             print(message, flush=True)
             if pipes is not None:

@@ -80,15 +80,33 @@ def jagged_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate(q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale,
-              window=window, n_global=n_global)
+    _validate(
+        q,
+        k,
+        v,
+        offsets,
+        max_seq_len=max_seq_len,
+        causal=causal,
+        activation=activation,
+        scale=scale,
+        window=window,
+        n_global=n_global,
+    )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     mask = _Mask(causal, window, n_global)
     if kernel == "triton" or (kernel == "auto" and q.is_cuda):
         triton_jagged_attention = _import_triton_kernel(q)
         return triton_jagged_attention(
-            q, k, v, offsets, max_seq_len=max_seq_len, causal=causal, activation=activation, scale=scale,
-            window=window, n_global=n_global,
+            q,
+            k,
+            v,
+            offsets,
+            max_seq_len=max_seq_len,
+            causal=causal,
+            activation=activation,
+            scale=scale,
+            window=window,
+            n_global=n_global,
         )
     return _bucketed_jagged_attention(q, k, v, offsets, mask=mask, activation=activation, scale=scale)
 
@@ -286,8 +304,10 @@ def _validate(
     if isinstance(n_global, bool) or not isinstance(n_global, int) or n_global < 0:
         raise ValueError(f"n_global must be an int >= 0, got n_global={n_global!r}")
     if n_global and window is None:
-        raise ValueError(f"n_global={n_global} needs a window: without one every token is already global; "
-                         "pass window=<int> or n_global=0")
+        raise ValueError(
+            f"n_global={n_global} needs a window: without one every token is already global; "
+            "pass window=<int> or n_global=0"
+        )
     _validate_offsets(offsets, q, max_seq_len)
 
 
@@ -303,8 +323,9 @@ def _validate_offsets(offsets: Tensor, values: Tensor, max_seq_len: int, name: s
             "build it with torch.tensor(..., dtype=torch.int64) or lengths.cumsum(0) after a leading 0"
         )
     if offsets.device != values.device:
-        raise ValueError(f"offsets.device={offsets.device} must equal {name}.device={values.device}; move it with "
-                         f".to({name}.device)")
+        raise ValueError(
+            f"offsets.device={offsets.device} must equal {name}.device={values.device}; move it with .to({name}.device)"
+        )
     lengths = offsets.diff()
     # One read-back for all value checks: a single device sync when offsets live on CUDA.
     summary = torch.stack(
@@ -325,8 +346,10 @@ def _validate_offsets(offsets: Tensor, values: Tensor, max_seq_len: int, name: s
             f"{int(offsets[at + 1])}; offsets are the cumulative sum of the row lengths"
         )
     if last != values.shape[0]:
-        raise ValueError(f"offsets[-1]={last} must equal L={name}.shape[0]={values.shape[0]}; offsets and {name} "
-                         "describe different batches")
+        raise ValueError(
+            f"offsets[-1]={last} must equal L={name}.shape[0]={values.shape[0]}; offsets and {name} "
+            "describe different batches"
+        )
     if longest > max_seq_len:
         raise ValueError(
             f"max_seq_len={max_seq_len} is below the longest row ({longest} tokens); pass max_seq_len >= {longest}"

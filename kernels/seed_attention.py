@@ -53,8 +53,9 @@ def seed_attention(
     return _segment_seed_attention(q, k, v, offsets, activation=activation, scale=scale)
 
 
-def _segment_seed_attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, activation: str,
-                            scale: float) -> Tensor:
+def _segment_seed_attention(
+    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, activation: str, scale: float
+) -> Tensor:
     b, (n_seeds, heads, head_dim) = offsets.numel() - 1, q.shape
     lengths = offsets.diff()
     rows = torch.repeat_interleave(torch.arange(b, device=q.device), lengths)
@@ -63,9 +64,10 @@ def _segment_seed_attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *,
         weights = _segment_softmax(scores, rows, b)
     else:
         weights = POINTWISE[activation](scores) / lengths.index_select(0, rows).to(scores.dtype)[:, None, None]
-    pooled = [v.new_zeros(b, end - start, heads, head_dim).index_add(0, rows, weights[:, start:end, :, None] *
-                                                                      v[:, None])
-              for start, end in ((s, min(s + _SEED_CHUNK, n_seeds)) for s in range(0, n_seeds, _SEED_CHUNK))]
+    pooled = [
+        v.new_zeros(b, end - start, heads, head_dim).index_add(0, rows, weights[:, start:end, :, None] * v[:, None])
+        for start, end in ((s, min(s + _SEED_CHUNK, n_seeds)) for s in range(0, n_seeds, _SEED_CHUNK))
+    ]
     out = torch.cat(pooled, dim=1) if pooled else v.new_zeros(b, 0, heads, head_dim)
     return out + 0 * (q.sum() + k.sum())  # connected to q and k even when no row has a key
 

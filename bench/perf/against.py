@@ -28,8 +28,9 @@ from bench.common import REPO
 
 
 def worktree(commit: str) -> Path:
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=REPO, check=True,
-                         capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
     path = Path(tempfile.gettempdir()) / f"gem-bench-{sha[:12]}"
     if not (path / ".git").exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=REPO, check=True)

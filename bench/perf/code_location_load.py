@@ -35,13 +35,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    runs = [json.loads(subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True,
-                                      check=True).stdout.strip().splitlines()[-1]) for _ in range(args.repeats)]
+    runs = [
+        json.loads(
+            subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True, check=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        for _ in range(args.repeats)
+    ]
     seconds = [r["seconds"] for r in runs]
-    print(json.dumps({"repeats": args.repeats, "seconds_median": round(statistics.median(seconds), 2),
-                      "seconds_min": round(min(seconds), 2), "seconds_max": round(max(seconds), 2),
-                      "peak_rss_mb_median": round(statistics.median(r["peak_rss_mb"] for r in runs)),
-                      "heavy_modules": runs[0]["heavy"]}))
+    print(
+        json.dumps(
+            {
+                "repeats": args.repeats,
+                "seconds_median": round(statistics.median(seconds), 2),
+                "seconds_min": round(min(seconds), 2),
+                "seconds_max": round(max(seconds), 2),
+                "peak_rss_mb_median": round(statistics.median(r["peak_rss_mb"] for r in runs)),
+                "heavy_modules": runs[0]["heavy"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

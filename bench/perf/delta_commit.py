@@ -55,27 +55,41 @@ def main() -> None:
     for n in range(args.commits):
         day = date(2026, 11, 1) + timedelta(days=n % 6)
         rows = spark.range(args.rows).select("id", (F.col("id") % 7).alias("x"), F.lit(day).alias("ds"))
-        runs.append({
-            "write": timed(replace_partition, rows, path, {"ds": day}),
-            "first_query": timed(count_day, day),
-            "second_query": timed(count_day, day),
-            "checkpoint": (path / "_delta_log" / f"{n:020d}.checkpoint.parquet").exists(),
-        })
+        runs.append(
+            {
+                "write": timed(replace_partition, rows, path, {"ds": day}),
+                "first_query": timed(count_day, day),
+                "second_query": timed(count_day, day),
+                "checkpoint": (path / "_delta_log" / f"{n:020d}.checkpoint.parquet").exists(),
+            }
+        )
     shutil.rmtree(root)
 
     def summary(selected: list[dict]) -> dict[str, dict[str, float]] | None:
         if not selected:  # fewer commits than a checkpoint needs
             return None
-        return {s: {"median_s": round(statistics.median(r[s][0] for r in selected), 3),
-                    "median_jobs": statistics.median(r[s][1] for r in selected)} for s in STEPS}
+        return {
+            s: {
+                "median_s": round(statistics.median(r[s][0] for r in selected), 3),
+                "median_jobs": statistics.median(r[s][1] for r in selected),
+            }
+            for s in STEPS
+        }
 
-    measured = runs[args.warmup:]
-    print(json.dumps({
-        "machine": platform.processor() or platform.machine(), "cores": spark.sparkContext.defaultParallelism,
-        "rows_per_commit": args.rows, "commits": len(measured),
-        "plain_commits": summary([r for r in measured if not r["checkpoint"]]),
-        "checkpoint_commits": summary([r for r in measured if r["checkpoint"]]),
-    }, indent=2))
+    measured = runs[args.warmup :]
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cores": spark.sparkContext.defaultParallelism,
+                "rows_per_commit": args.rows,
+                "commits": len(measured),
+                "plain_commits": summary([r for r in measured if not r["checkpoint"]]),
+                "checkpoint_commits": summary([r for r in measured if r["checkpoint"]]),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,11 @@ def export_job(lake, version: str, ds: date) -> dict[str, float]:
     if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
         instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     started = time.perf_counter()
-    result = build_definitions(lake=lake).resolve_job_def("export_job").execute_in_process(
-        instance=instance, partition_key=model_day_key(version, ds))
+    result = (
+        build_definitions(lake=lake)
+        .resolve_job_def("export_job")
+        .execute_in_process(instance=instance, partition_key=model_day_key(version, ds))
+    )
     total = time.perf_counter() - started
     steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
     return {"total_seconds": total, **{f"{k}_seconds": v for k, v in steps.items()}}
@@ -93,27 +96,37 @@ def main() -> None:
     users = work / "users"
     write_user_input(SparkResource().session(), paths, cfg.features, ds, users, cfg.export.user_input_files)
 
-    results = {"naive_rows_per_second": naive_rows_per_second(paths, version, ds, args.naive_rows),
-               "one_process": scoring_run(version, ds, users, work / "one", 1),
-               "torchrun": scoring_run(version, ds, users, work / "ranks", args.nproc),
-               "export_job": export_job(lake, version, ds)}
+    results = {
+        "naive_rows_per_second": naive_rows_per_second(paths, version, ds, args.naive_rows),
+        "one_process": scoring_run(version, ds, users, work / "one", 1),
+        "torchrun": scoring_run(version, ds, users, work / "ranks", args.nproc),
+        "export_job": export_job(lake, version, ds),
+    }
     shutil.rmtree(work)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     print(f"\n{args.preset}, ds={ds}, model {version}, {machine}\n")
     print("| scoring | rows | seconds | rows/s | × naive |\n|---|---|---|---|---|")
     naive = results["naive_rows_per_second"]
     print(f"| naive loop (1 process, 1 row per forward, {args.naive_rows} impressions) | | | {naive:,.0f} | 1.0 |")
-    for name, label in (("one_process", "jobs.score, 1 process"),
-                        ("torchrun", f"jobs.score, torchrun {args.nproc} ranks")):
+    for name, label in (
+        ("one_process", "jobs.score, 1 process"),
+        ("torchrun", f"jobs.score, torchrun {args.nproc} ranks"),
+    ):
         r = results[name]
-        print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} | "
-              f"{r['rows_per_second'] / naive:.1f} |")
+        print(
+            f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} | "
+            f"{r['rows_per_second'] / naive:.1f} |"
+        )
     print("\n| export_job step | seconds |\n|---|---|")
     for step, seconds in results["export_job"].items():
         print(f"| {step.removesuffix('_seconds')} | {seconds:.1f} |")
     if args.out:
-        args.out.write_text(json.dumps({"preset": args.preset, "ds": ds.isoformat(), "model_version": version,
-                                        "machine": machine, **results}, indent=2))
+        args.out.write_text(
+            json.dumps(
+                {"preset": args.preset, "ds": ds.isoformat(), "model_version": version, "machine": machine, **results},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

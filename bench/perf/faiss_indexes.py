@@ -47,10 +47,13 @@ def factories(rows: int) -> dict[str, str]:
 
 def machine() -> str:
     cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 "unknown CPU")
-    return (f"{model}, {os.cpu_count()} cores, faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP "
-            f"threads, {faiss.get_num_gpus()} GPUs)")
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "unknown CPU"
+    )
+    return (
+        f"{model}, {os.cpu_count()} cores, faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP "
+        f"threads, {faiss.get_num_gpus()} GPUs)"
+    )
 
 
 def synthetic_table(rows: int, n_queries: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -68,11 +71,20 @@ def measure(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, kind: str
     rows = len(vectors)
     with tempfile.TemporaryDirectory() as tmp:
         manifest = publish_index(vectors, ids, queries, Path(tmp) / "bench", cfg, "bench", date.today(), "bench")
-    return {"rows": rows, "type": kind, "factory": manifest["factory"], "device": manifest["device"],
-            "nprobe": cfg.nprobe, "hnsw_ef_search": cfg.hnsw_ef_search, "train_rows": manifest["train_rows"],
-            "build_seconds": round(manifest["build_seconds"], 2),
-            "queries_per_second": round(manifest["queries_per_second"]), "queries": manifest["recall_queries"],
-            "recall_at_10": round(manifest["recall_at_10"], 4), "index_bytes": manifest["index_bytes"]}
+    return {
+        "rows": rows,
+        "type": kind,
+        "factory": manifest["factory"],
+        "device": manifest["device"],
+        "nprobe": cfg.nprobe,
+        "hnsw_ef_search": cfg.hnsw_ef_search,
+        "train_rows": manifest["train_rows"],
+        "build_seconds": round(manifest["build_seconds"], 2),
+        "queries_per_second": round(manifest["queries_per_second"]),
+        "queries": manifest["recall_queries"],
+        "recall_at_10": round(manifest["recall_at_10"], 4),
+        "index_bytes": manifest["index_bytes"],
+    }
 
 
 def main() -> None:
@@ -89,18 +101,29 @@ def main() -> None:
     for rows in (int(s) for s in args.sizes.split(",")):
         vectors, ids, queries = synthetic_table(rows, args.queries, dim, args.seed)
         for kind in args.types.split(","):
-            cfg = IndexConfig(factory=factories(rows)[kind], recall_k=10, recall_queries=args.queries,
-                              nprobe=args.nprobe, hnsw_ef_search=args.ef_search, exact_below=0)
+            cfg = IndexConfig(
+                factory=factories(rows)[kind],
+                recall_k=10,
+                recall_queries=args.queries,
+                nprobe=args.nprobe,
+                hnsw_ef_search=args.ef_search,
+                exact_below=0,
+            )
             results.append(measure(vectors, ids, queries, kind, cfg))
             print(json.dumps(results[-1]), flush=True)
     print("\n| rows | type | factory | search params | build s | queries/s | recall@10 | index MiB | bytes/vector |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        params = {"IVF-Flat": f"nprobe={r['nprobe']}", "IVF-PQ": f"nprobe={r['nprobe']}",
-                  "HNSW": f"efSearch={r['hnsw_ef_search']}"}.get(r["type"], "exact")
-        print(f"| {r['rows']:,} | {r['type']} | `{r['factory']}` | {params} | {r['build_seconds']:.2f} | "
-              f"{r['queries_per_second']:,} | {r['recall_at_10']:.4f} | {r['index_bytes'] / 2**20:.1f} | "
-              f"{r['index_bytes'] / r['rows']:.0f} |")
+        params = {
+            "IVF-Flat": f"nprobe={r['nprobe']}",
+            "IVF-PQ": f"nprobe={r['nprobe']}",
+            "HNSW": f"efSearch={r['hnsw_ef_search']}",
+        }.get(r["type"], "exact")
+        print(
+            f"| {r['rows']:,} | {r['type']} | `{r['factory']}` | {params} | {r['build_seconds']:.2f} | "
+            f"{r['queries_per_second']:,} | {r['recall_at_10']:.4f} | {r['index_bytes'] / 2**20:.1f} | "
+            f"{r['index_bytes'] / r['rows']:.0f} |"
+        )
     print(f"\nmachine: {machine()}; dimension {dim}, {args.queries} queries, k=10")
 
 

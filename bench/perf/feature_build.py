@@ -60,20 +60,36 @@ def main() -> None:
         examples = build_training_examples(spark, cfg, paths, day)
         t3 = time.monotonic()
         imps = landed["bronze.impressions"].rows_in
-        days.append({"ds": str(day), "impressions": imps, "events": landed["bronze.events"].rows_in,
-                     "training_examples": examples, "bronze_s": round(t1 - t0, 1),
-                     "sequences_s": round(t2 - t1, 1), "examples_s": round(t3 - t2, 1),
-                     "impressions_per_s_per_core": round(imps / (t3 - t0) / cores, 1)})
+        days.append(
+            {
+                "ds": str(day),
+                "impressions": imps,
+                "events": landed["bronze.events"].rows_in,
+                "training_examples": examples,
+                "bronze_s": round(t1 - t0, 1),
+                "sequences_s": round(t2 - t1, 1),
+                "examples_s": round(t3 - t2, 1),
+                "impressions_per_s_per_core": round(imps / (t3 - t0) / cores, 1),
+            }
+        )
         print(json.dumps(days[-1]), flush=True)
     spark.stop()
     total_imps = sum(d["impressions"] for d in days)
     total_s = sum(d["bronze_s"] + d["sequences_s"] + d["examples_s"] for d in days)
-    print(json.dumps({
-        "preset": args.preset, "days": args.days, "cores": cores, "dimensions_s": round(dimensions_s, 1),
-        "impressions": total_imps, "daily_jobs_s": round(total_s, 1),
-        "impressions_per_s_per_core": round(total_imps / total_s / cores, 1),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-    }))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "days": args.days,
+                "cores": cores,
+                "dimensions_s": round(dimensions_s, 1),
+                "impressions": total_imps,
+                "daily_jobs_s": round(total_s, 1),
+                "impressions_per_s_per_core": round(total_imps / total_s / cores, 1),
+                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,11 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> 
 
 
 def peak(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    return {"bf16_flops_per_second": matmul_rate(device, torch.bfloat16, args.n, args.reps),
-            "fp32_flops_per_second": matmul_rate(device, torch.float32, args.n, args.reps), "n": args.n}
+    return {
+        "bf16_flops_per_second": matmul_rate(device, torch.bfloat16, args.n, args.reps),
+        "fp32_flops_per_second": matmul_rate(device, torch.float32, args.n, args.reps),
+        "n": args.n,
+    }
 
 
 # Torch versions of the fbgemm operators that TorchRec's unsharded collections and jagged tensors
@@ -93,8 +96,9 @@ def _jagged_positions(offsets: torch.Tensor, total: int) -> tuple[torch.Tensor, 
     return rows, torch.arange(total, device=offsets.device) - offsets[rows]
 
 
-def _jagged_to_padded_dense_forward(values: torch.Tensor, offsets: list[torch.Tensor], max_lengths: list[int],
-                                    padding_value: float = 0.0) -> torch.Tensor:
+def _jagged_to_padded_dense_forward(
+    values: torch.Tensor, offsets: list[torch.Tensor], max_lengths: list[int], padding_value: float = 0.0
+) -> torch.Tensor:
     rows, positions = _jagged_positions(offsets[0], values.shape[0])
     dense = values.new_full((offsets[0].numel() - 1, max_lengths[0], *values.shape[1:]), padding_value)
     keep = positions < max_lengths[0]
@@ -117,9 +121,11 @@ def fbgemm_on(device: torch.device) -> bool:
     key = "CUDA" if device.type == "cuda" else "CPU"
     if torch._C._dispatch_has_kernel_for_dispatch_key("fbgemm::asynchronous_complete_cumsum", key):
         return True
-    for name, fn in (("asynchronous_complete_cumsum", _complete_cumsum),
-                     ("jagged_to_padded_dense_forward", _jagged_to_padded_dense_forward),
-                     ("jagged_to_padded_dense_backward", _jagged_to_padded_dense_backward)):
+    for name, fn in (
+        ("asynchronous_complete_cumsum", _complete_cumsum),
+        ("jagged_to_padded_dense_forward", _jagged_to_padded_dense_forward),
+        ("jagged_to_padded_dense_backward", _jagged_to_padded_dense_backward),
+    ):
         _FALLBACKS.impl(name, fn, key)
     return False
 
@@ -137,8 +143,9 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from gem_model.models.train_wrapper import GemTrain
     from gem_model.train.trainer import _forward, build_sharded_model, init_distributed
 
-    cfg = GemConfig.from_dict({"train": {"batch_size": args.batch, "bf16": True}},
-                              base=GemConfig.from_preset(args.preset))
+    cfg = GemConfig.from_dict(
+        {"train": {"batch_size": args.batch, "bf16": True}}, base=GemConfig.from_preset(args.preset)
+    )
     env = init_distributed()
     sharded = fbgemm_on(env.device) and not args.torch_embeddings
     if sharded:
@@ -169,9 +176,16 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     sync(device)
     seconds = time.perf_counter() - started
     rate = args.steps * args.batch / seconds
-    result = {"examples_per_second": rate, "steps": args.steps, "batch": args.batch, "seconds": seconds,
-              "dense_flops_per_example": flops / args.batch, "loss": float(loss), "bf16": env.device.type == "cuda",
-              "embeddings": "fbgemm" if sharded else "torch"}
+    result = {
+        "examples_per_second": rate,
+        "steps": args.steps,
+        "batch": args.batch,
+        "seconds": seconds,
+        "dense_flops_per_example": flops / args.batch,
+        "loss": float(loss),
+        "bf16": env.device.type == "cuda",
+        "embeddings": "fbgemm" if sharded else "torch",
+    }
     if args.peak_flops:
         result["mfu"] = flops / args.batch * rate / args.peak_flops
     return result
@@ -206,10 +220,17 @@ def score(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         sync(device)
         forward_rate = args.reps * chunk / (time.perf_counter() - started)
     rate = chunks * chunk / seconds
-    result = {"rows_per_second": rate, "rows": chunks * chunk, "chunk_rows": chunk, "bf16": args.bf16,
-              "flops_per_row": flops / chunk, "finite": bool(torch.isfinite(logits).all()),
-              "max_abs_difference_from_cpu_fp32": difference, "embeddings": embeddings,
-              "forward_rows_per_second": forward_rate}
+    result = {
+        "rows_per_second": rate,
+        "rows": chunks * chunk,
+        "chunk_rows": chunk,
+        "bf16": args.bf16,
+        "flops_per_row": flops / chunk,
+        "finite": bool(torch.isfinite(logits).all()),
+        "max_abs_difference_from_cpu_fp32": difference,
+        "embeddings": embeddings,
+        "forward_rows_per_second": forward_rate,
+    }
     if args.peak_flops:
         result["mfu"] = result["flops_per_row"] * rate / args.peak_flops
         result["forward_mfu"] = result["flops_per_row"] * forward_rate / args.peak_flops
@@ -241,8 +262,12 @@ def profile(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         wall = time.perf_counter() - started
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)
-    return {"chunk_rows": chunk, "reps": args.reps, "wall_seconds": wall,
-            "top": [{"op": e.key, "ms": getattr(e, key) / 1e3, "calls": e.count} for e in events[:args.top]]}
+    return {
+        "chunk_rows": chunk,
+        "reps": args.reps,
+        "wall_seconds": wall,
+        "top": [{"op": e.key, "ms": getattr(e, key) / 1e3, "calls": e.count} for e in events[: args.top]],
+    }
 
 
 def faiss_index(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -271,8 +296,15 @@ def faiss_index(args: argparse.Namespace, device: torch.device) -> dict[str, Any
     exact.add(vectors)
     _, truth = exact.search(queries, 10)
     recall = float(np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth, strict=True)]))
-    return {"rows": args.rows, "dim": dim, "nlist": nlist, "on_gpu": on_gpu, "build_seconds": build,
-            "queries_per_second": len(queries) / search, "recall_at_10": recall}
+    return {
+        "rows": args.rows,
+        "dim": dim,
+        "nlist": nlist,
+        "on_gpu": on_gpu,
+        "build_seconds": build,
+        "queries_per_second": len(queries) / search,
+        "recall_at_10": recall,
+    }
 
 
 STEPS = {"peak": peak, "train": train, "score": score, "profile": profile, "faiss": faiss_index}
@@ -294,8 +326,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=262_144, help="score: rows; faiss: vectors")
     parser.add_argument("--chunk", type=int, help="score: rows a forward (default export.chunk_rows)")
     parser.add_argument("--no-bf16", dest="bf16", action="store_false")
-    parser.add_argument("--torch-embeddings", action="store_true",
-                        help="train: unsharded with torch's EmbeddingBag even where fbgemm has kernels (the dry run)")
+    parser.add_argument(
+        "--torch-embeddings",
+        action="store_true",
+        help="train: unsharded with torch's EmbeddingBag even where fbgemm has kernels (the dry run)",
+    )
     parser.add_argument("--peak-flops", type=float, help="the MFU denominator (peak's bf16_flops_per_second)")
     args = parser.parse_args()
     device = torch.device(args.device)

@@ -56,13 +56,22 @@ def main() -> None:
         times.append(time.monotonic() - t0)
     step_s = sorted(times[3:])[len(times[3:]) // 2]  # median after warm-up
     loader_eps, step_eps = rows / load_s, bs / step_s
-    print(json.dumps({
-        "preset": args.preset, "batch_size": bs, "shard_rows": rows, "mean_seq_len_first_batch": round(seq_len, 1),
-        "loader_examples_per_s": round(loader_eps), "train_step_ms": round(step_s * 1000, 1),
-        "train_examples_per_s": round(step_eps), "loader_to_step_ratio": round(loader_eps / step_eps, 2),
-        "torch_threads": torch.get_num_threads(),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-    }))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "batch_size": bs,
+                "shard_rows": rows,
+                "mean_seq_len_first_batch": round(seq_len, 1),
+                "loader_examples_per_s": round(loader_eps),
+                "train_step_ms": round(step_s * 1000, 1),
+                "train_examples_per_s": round(step_eps),
+                "loader_to_step_ratio": round(loader_eps / step_eps, 2),
+                "torch_threads": torch.get_num_threads(),
+                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,19 +49,34 @@ def main() -> None:
             folder = dataset_folder(source)
             head_copy(samples / folder, home / "data" / folder)
             (home / "overrides.json").write_text(json.dumps(sample_overrides(source, home / "data")))
-            lake = LakeResource(home=str(home / "gem"), preset="tiny", config_path=str(home / "overrides.json"),
-                                data_source=source)
+            lake = LakeResource(
+                home=str(home / "gem"), preset="tiny", config_path=str(home / "overrides.json"), data_source=source
+            )
             os.environ["GEM_HOME"], os.environ["DAGSTER_HOME"] = lake.home, str(home / "gem" / "dagster")  # not yours
             runner = in_process(build_definitions(lake=lake), instance_for(lake))
             jobs, compiled, started = status.jobsList(None).size(), compilations.getCount(), time.monotonic()
             run_pipeline(lake, runner)
-            runs.append({"dataset": source, "seconds": round(time.monotonic() - started, 1),
-                         "spark_jobs": status.jobsList(None).size() - jobs,
-                         "classes_compiled": compilations.getCount() - compiled})
+            runs.append(
+                {
+                    "dataset": source,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "spark_jobs": status.jobsList(None).size() - jobs,
+                    "classes_compiled": compilations.getCount() - compiled,
+                }
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                      "spark_conf": SparkSettings.from_env().extra_conf, "runs": runs}, indent=2))
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(),
+                "spark_conf": SparkSettings.from_env().extra_conf,
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -81,16 +81,23 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
             if name == "teacher_logits":  # GemModel.logits: the interaction arch and heads
                 model._logits(kjt, sparse)
             elif name == "user_embeddings":
-                F.normalize(model.user_tower(torch.cat([sparse.pooled[n] for n in model.user_features]
-                                                       + [sparse.seq_mean], dim=1)), dim=1)
+                F.normalize(
+                    model.user_tower(
+                        torch.cat([sparse.pooled[n] for n in model.user_features] + [sparse.seq_mean], dim=1)
+                    ),
+                    dim=1,
+                )
             else:
                 F.normalize(model.ad_tower(torch.cat([sparse.pooled[n] for n in model.ad_features], dim=1)), dim=1)
         forward_done = time.perf_counter()
         times["dense"] += forward_done - t
         # The job's own call, less the phases above (the same work again), is the output conversion.
         t = time.perf_counter()
-        table = (score_impressions(loaded, chunk, ds) if name == "teacher_logits"
-                 else score_embeddings(loaded, chunk, "user_id" if name == "user_embeddings" else "ad_id", ds))
+        table = (
+            score_impressions(loaded, chunk, ds)
+            if name == "teacher_logits"
+            else score_embeddings(loaded, chunk, "user_id" if name == "user_embeddings" else "ad_id", ds)
+        )
         times["convert"] += max(time.perf_counter() - t - (forward_done - chunk_start), 0.0)
         t = time.perf_counter()
         if writer is None:
@@ -106,8 +113,9 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
 @torch.inference_mode()
 def top_operators(loaded, source, chunk_rows: int, chunks: int = 5, top: int = 15) -> tuple[str, float]:
     """torch.profiler's table of the impressions' forward over `chunks` chunks, and its FLOPs per row."""
-    tables = [c for _, c in zip(range(chunks), scan_rank(source.dataset, source.filter, 0, 1, source.columns,
-                                                          chunk_rows))]
+    tables = [
+        c for _, c in zip(range(chunks), scan_rank(source.dataset, source.filter, 0, 1, source.columns, chunk_rows))
+    ]
     kjts = [features_to_kjt(t, loaded.config.features) for t in tables]
     with loaded.autocast():
         flops = sum(count_flops(lambda k=kjt: loaded.model.logits(k))[0] for kjt in kjts)
@@ -132,15 +140,19 @@ def main(argv: list[str] | None = None) -> None:
         load = time.perf_counter() - started
         users = users_input(paths, loaded, args.ds, Path(tmp) / "users")
         inputs = scoring_inputs(paths, loaded, args.ds, users)
-        per_input = {name: profile_input(loaded, name, source, args.ds, args.chunk_rows, Path(tmp))
-                     for name, source in inputs.items()}
+        per_input = {
+            name: profile_input(loaded, name, source, args.ds, args.chunk_rows, Path(tmp))
+            for name, source in inputs.items()
+        }
         operators, flops_per_row = top_operators(loaded, inputs["teacher_logits"], args.chunk_rows)
     peaks = {str(dtype).removeprefix("torch."): matmul_peak(dtype) for dtype in (torch.float32, torch.bfloat16)}
     total_rows = sum(rows for _, rows in per_input.values())
     work = {p: sum(times.get(p, 0.0) for times, _ in per_input.values()) for p in PHASES}
     total = startup + load + sum(work.values())
-    print(f"threads {torch.get_num_threads()}, chunk {args.chunk_rows} rows, bf16 {loaded.bf16}, "
-          f"{total_rows:,} rows in 3 tables\n")
+    print(
+        f"threads {torch.get_num_threads()}, chunk {args.chunk_rows} rows, bf16 {loaded.bf16}, "
+        f"{total_rows:,} rows in 3 tables\n"
+    )
     print("| phase | seconds | share |")
     print("|---|---|---|")
     for phase, seconds in (("start-up (import torch, torchrec)", startup), ("model load", load), *work.items()):
@@ -152,16 +164,29 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {rows:,} | " + " | ".join(f"{times.get(p, 0.0):.2f}" for p in PHASES) + " |")
     impressions, times = per_input["teacher_logits"][1], per_input["teacher_logits"][0]
     achieved = flops_per_row * impressions / (times["sparse"] + times["dense"])
-    print(f"\nThe impressions' forward: {flops_per_row / 1e6:.2f} MFLOP a row (matmuls and attention), "
-          f"{achieved / 1e9:.1f} GFLOP/s; matmul peak "
-          + ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s ({achieved / v:.1%})" for k, v in peaks.items()))
+    print(
+        f"\nThe impressions' forward: {flops_per_row / 1e6:.2f} MFLOP a row (matmuls and attention), "
+        f"{achieved / 1e9:.1f} GFLOP/s; matmul peak "
+        + ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s ({achieved / v:.1%})" for k, v in peaks.items())
+    )
     print("\nTop operators of the impressions' forward (torch.profiler, 5 chunks):\n")
     print(operators)
-    print(json.dumps({"rows": total_rows, "bf16": loaded.bf16, "chunk_rows": args.chunk_rows, "startup_s": startup,
-                      "load_s": load, "flops_per_impression": flops_per_row, "forward_flops_per_second": achieved,
-                      "peak_flops_per_second": peaks,
-                      **{f"{p}_s": s for p, s in work.items()},
-                      "inputs": {n: {"rows": r, **t} for n, (t, r) in per_input.items()}}))
+    print(
+        json.dumps(
+            {
+                "rows": total_rows,
+                "bf16": loaded.bf16,
+                "chunk_rows": args.chunk_rows,
+                "startup_s": startup,
+                "load_s": load,
+                "flops_per_impression": flops_per_row,
+                "forward_flops_per_second": achieved,
+                "peak_flops_per_second": peaks,
+                **{f"{p}_s": s for p, s in work.items()},
+                "inputs": {n: {"rows": r, **t} for n, (t, r) in per_input.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

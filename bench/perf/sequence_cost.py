@@ -29,8 +29,9 @@ from gem_model.config import ExperimentalConfig, SequenceConfig
 from gem_model.modules.sequence import SequenceLayer
 
 
-def arches(config: SequenceConfig, experimental: ExperimentalConfig,
-           length: int) -> dict[str, list[tuple[SequenceLayer, int]]]:
+def arches(
+    config: SequenceConfig, experimental: ExperimentalConfig, length: int
+) -> dict[str, list[tuple[SequenceLayer, int]]]:
     """Each arch as (layer, max row length entering it)."""
     pyramid, entering = [], length
     for keep in config.pyramid:
@@ -40,8 +41,9 @@ def arches(config: SequenceConfig, experimental: ExperimentalConfig,
     return {"pyramid": pyramid, "one full layer": full[:1], "full stack": full}
 
 
-def step_seconds(layers: list[tuple[SequenceLayer, int]], config: SequenceConfig, rank: int, rows: int,
-                 length: int, reps: int) -> float:
+def step_seconds(
+    layers: list[tuple[SequenceLayer, int]], config: SequenceConfig, rank: int, rows: int, length: int, reps: int
+) -> float:
     lengths = torch.full((rows,), length, dtype=torch.int64)
     times = []
     for _ in range(reps + 1):
@@ -77,8 +79,10 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     names = list(dict.fromkeys(r["arch"] for r in results))
     by = {(r["arch"], r["length"]): r["ms_per_example"] for r in results}
-    print(f"\nthreads {torch.get_num_threads()}, sequence dim {config.dim}, heads {config.heads}, "
-          f"pyramid {config.pyramid}; forward + backward, ms per example\n")
+    print(
+        f"\nthreads {torch.get_num_threads()}, sequence dim {config.dim}, heads {config.heads}, "
+        f"pyramid {config.pyramid}; forward + backward, ms per example\n"
+    )
     print("| L | " + " | ".join(names) + " | pyramid / full stack |")
     print("|---|" + "---|" * (len(names) + 1))
     for length in lengths:

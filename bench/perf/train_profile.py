@@ -30,10 +30,37 @@ GROUPS = {
     "embedding lookups and update (fbgemm)": ("fbgemm", "embedding"),
     "attention (CPU flash kernel, fwd + bwd)": ("scaled_dot_product",),
     "dense matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear"),
-    "jagged bookkeeping (gather, scatter, cat, copy)": ("index", "scatter", "aten::cat", "copy_", "gather", "nonzero",
-                                                        "repeat_interleave", "cumsum", "aten::sort", "masked"),
-    "elementwise and normalisation": ("add", "mul", "div", "sub", "silu", "sigmoid", "norm", "fill_", "sum", "exp",
-                                      "where", "clamp", "neg", "pow", "sqrt", "mean", "binary_cross"),
+    "jagged bookkeeping (gather, scatter, cat, copy)": (
+        "index",
+        "scatter",
+        "aten::cat",
+        "copy_",
+        "gather",
+        "nonzero",
+        "repeat_interleave",
+        "cumsum",
+        "aten::sort",
+        "masked",
+    ),
+    "elementwise and normalisation": (
+        "add",
+        "mul",
+        "div",
+        "sub",
+        "silu",
+        "sigmoid",
+        "norm",
+        "fill_",
+        "sum",
+        "exp",
+        "where",
+        "clamp",
+        "neg",
+        "pow",
+        "sqrt",
+        "mean",
+        "binary_cross",
+    ),
     "optimizer": ("optim", "adam", "_foreach"),
 }
 
@@ -58,8 +85,15 @@ def main() -> None:
     paths = GemPaths.from_env()
     env = init_distributed()
     dmp, optimizer = build_sharded_model(cfg, env)
-    stream = iter(ExampleStream(paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size,
-                                end=cfg.world.holdout_start, shuffle_buffer=cfg.train.batch_size * 8))
+    stream = iter(
+        ExampleStream(
+            paths.table("gold.training_examples"),
+            cfg.features,
+            cfg.train.batch_size,
+            end=cfg.world.holdout_start,
+            shuffle_buffer=cfg.train.batch_size * 8,
+        )
+    )
     dmp.train()
 
     def step() -> None:
@@ -93,15 +127,28 @@ def main() -> None:
     groups["Python and dispatch overhead (wall - operators - data)"] = max(wall - ops - data_seconds, 0.0)
     per_step = {k: v / args.steps for k, v in groups.items()}
     examples = cfg.train.batch_size * args.steps / wall
-    print(f"\n{args.preset}, batch {cfg.train.batch_size}, {args.threads} thread(s), {args.steps} steps: "
-          f"{1e3 * wall / args.steps:.0f} ms a step, {examples:,.0f} examples/s on this rank (profiler on)\n")
+    print(
+        f"\n{args.preset}, batch {cfg.train.batch_size}, {args.threads} thread(s), {args.steps} steps: "
+        f"{1e3 * wall / args.steps:.0f} ms a step, {examples:,.0f} examples/s on this rank (profiler on)\n"
+    )
     print("| group | ms a step | share | largest operators (ms a step) |\n|---|---|---|---|")
     for name, seconds in sorted(per_step.items(), key=lambda kv: -kv[1]):
-        largest = ", ".join(f"`{op.removeprefix('aten::')}` {1e3 * t / args.steps:.1f}"
-                            for t, op in sorted(top.get(name, []), reverse=True)[:3])
+        largest = ", ".join(
+            f"`{op.removeprefix('aten::')}` {1e3 * t / args.steps:.1f}"
+            for t, op in sorted(top.get(name, []), reverse=True)[:3]
+        )
         print(f"| {name} | {1e3 * seconds:.1f} | {seconds * args.steps / wall:.0%} | {largest} |")
-    print(json.dumps({"preset": args.preset, "batch": cfg.train.batch_size, "threads": args.threads,
-                      "step_ms": 1e3 * wall / args.steps, "groups_ms": {k: 1e3 * v for k, v in per_step.items()}}))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "batch": cfg.train.batch_size,
+                "threads": args.threads,
+                "step_ms": 1e3 * wall / args.steps,
+                "groups_ms": {k: 1e3 * v for k, v in per_step.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

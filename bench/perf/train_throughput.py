@@ -49,5 +49,6 @@ def main(argv: list[str] | None = None) -> None:
         flops = dense_flops_per_example(teacher_config(manifest), paths)
         print(f"| {name} | {rate:,.0f} | {flops / 1e6:.2f} | {flops * rate / 1e9:.2f} | {flops * rate / peak:.1%} |")
 
+
 if __name__ == "__main__":
     main()

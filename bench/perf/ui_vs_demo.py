@@ -64,8 +64,11 @@ def _fresh(root: Path, preset: str) -> LakeResource:
 
 
 def _timing(created: float, started: float, ended: float, launched: float, observed: float) -> dict[str, float]:
-    return {"run_s": round(ended - started, 2), "created_to_start_s": round(started - created, 2),
-            "launch_to_end_s": round(observed - launched, 2)}
+    return {
+        "run_s": round(ended - started, 2),
+        "created_to_start_s": round(started - created, 2),
+        "launch_to_end_s": round(observed - launched, 2),
+    }
 
 
 @contextlib.contextmanager
@@ -107,18 +110,34 @@ class DagsterDev:
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(REPO / "workspace.yaml"),
-                 "-h", "127.0.0.1", "-p", self.url.rsplit(":", 1)[1]],
-                cwd=REPO, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    str(Path(sys.executable).with_name("dagster")),
+                    "dev",
+                    "-w",
+                    str(REPO / "workspace.yaml"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    self.url.rsplit(":", 1)[1],
+                ],
+                cwd=REPO,
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 # Ctrl-C's default action: a run started in the background (`... &`) ignores SIGINT, which every
                 # process it starts would inherit, and `stop` would wait its 30 s for nothing.
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
 
     def graphql(self, query: str, **variables: object) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
-                                         data=json.dumps({"query": query, "variables": variables}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            method="POST",
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             body = json.load(response)
         if body.get("errors"):
@@ -144,9 +163,16 @@ class DagsterDev:
         tags = [{"key": "dagster/from_ui", "value": "true"}]
         if partition:
             tags.insert(0, {"key": "dagster/partition", "value": partition})
-        params = {"mode": "default", "runConfigData": "{}", "executionMetadata": {"tags": tags},
-                  "selector": {"repositoryLocationName": "gem_pipeline", "repositoryName": "__repository__",
-                               "pipelineName": job}}
+        params = {
+            "mode": "default",
+            "runConfigData": "{}",
+            "executionMetadata": {"tags": tags},
+            "selector": {
+                "repositoryLocationName": "gem_pipeline",
+                "repositoryName": "__repository__",
+                "pipelineName": job,
+            },
+        }
         result = self.graphql(LAUNCH, params=params)["launchPipelineExecution"]
         if result["__typename"] != "LaunchRunSuccess":
             raise RuntimeError(f"launching {job} failed: {result}")
@@ -197,10 +223,21 @@ def main() -> None:
     day = args.day or GemConfig.from_preset(args.preset).world.start_date.isoformat()
     demo = demo_path(args.root / "demo", args.preset, day)
     ui = ui_path(args.root / "ui", args.preset, day)
-    print(json.dumps({"preset": args.preset, "job": FEATURES, "partition": day, "cpus": os.cpu_count(),
-                      "machine": platform.machine(), "demo": demo, "ui": ui,
-                      "ratio_run": round(ui["run_s"] / demo["run_s"], 2),
-                      "ratio_launch_to_end": round(ui["launch_to_end_s"] / demo["launch_to_end_s"], 2)}))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "job": FEATURES,
+                "partition": day,
+                "cpus": os.cpu_count(),
+                "machine": platform.machine(),
+                "demo": demo,
+                "ui": ui,
+                "ratio_run": round(ui["run_s"] / demo["run_s"], 2),
+                "ratio_launch_to_end": round(ui["launch_to_end_s"] / demo["launch_to_end_s"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

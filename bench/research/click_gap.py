@@ -63,14 +63,20 @@ def true_terms(examples: DataFrame, world: Source, cfg: GemConfig, rows: pd.Data
     day_drift = F.lit(None).cast("double")
     for d in holdout:
         day_drift = F.when(F.col("ds") == F.lit(d), world.drift(aid, d)).otherwise(day_drift)
-    truth = examples.where(F.col("ds") >= F.lit(w.holdout_start)).select(
-        "impression_id", "user_id", F.col("clicked").cast("int").alias("clicked"),
-        F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("true_logit"),
-        world.click_affinity(uid, aid).alias("affinity"),
-        (world.click_quality(aid) + mean_drift).alias("ad"),
-        world.click_context(aid, F.col("surface"), F.col("position")).alias("context"),
-        (day_drift - mean_drift).alias("unseen_drift"),
-    ).toPandas()
+    truth = (
+        examples.where(F.col("ds") >= F.lit(w.holdout_start))
+        .select(
+            "impression_id",
+            "user_id",
+            F.col("clicked").cast("int").alias("clicked"),
+            F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("true_logit"),
+            world.click_affinity(uid, aid).alias("affinity"),
+            (world.click_quality(aid) + mean_drift).alias("ad"),
+            world.click_context(aid, F.col("surface"), F.col("position")).alias("context"),
+            (day_drift - mean_drift).alias("unseen_drift"),
+        )
+        .toPandas()
+    )
     sequence = rows[["impression_id", "recency", "interaction"]]
     truth = truth.merge(sequence, on="impression_id", how="left", validate="one_to_one")
     truth["recency"] *= RECENCY_BOOST
@@ -88,8 +94,14 @@ def model_logits(model_dir: Path, cfg: GemConfig) -> tuple[pd.DataFrame, float]:
         chunk = pa.Table.from_batches([batch])
         if chunk.num_rows:
             scored = score_impressions(loaded, chunk, cfg.world.holdout_start)
-            parts.append(pd.DataFrame({"impression_id": scored["impression_id"].to_numpy(zero_copy_only=False),
-                                       "logit": pc.cast(scored["ctr_logit"], "float64").to_numpy()}))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "impression_id": scored["impression_id"].to_numpy(zero_copy_only=False),
+                        "logit": pc.cast(scored["ctr_logit"], "float64").to_numpy(),
+                    }
+                )
+            )
     return pd.concat(parts, ignore_index=True), float(loaded.manifest["metrics"]["ctr/auc"])
 
 
@@ -144,8 +156,10 @@ def main(argv: list[str] | None = None) -> None:
     if truth[list(TERMS)].isna().any().any():
         raise SystemExit(f"a true term is null on some holdout rows: {truth[list(TERMS)].isna().sum().to_dict()}")
     mismatch = np.abs(truth[list(TERMS)].sum(axis=1) + CLICK_INTERCEPT - truth["true_logit"])
-    print(f"holdout: {len(truth):,} impressions; the terms sum to the true click logit within 1e-4 on "
-          f"{float(np.mean(mismatch < 1e-4)):.4%} of them (largest difference {mismatch.max():.2e})")
+    print(
+        f"holdout: {len(truth):,} impressions; the terms sum to the true click logit within 1e-4 on "
+        f"{float(np.mean(mismatch < 1e-4)):.4%} of them (largest difference {mismatch.max():.2e})"
+    )
 
     w = cfg.world
     clicks = Task.of(rows, "clicked", w.days, w.holdout_start)
@@ -153,23 +167,26 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         learned = learner(clicks.design, clicks.index["holdout"])[0].numpy()
     holdout_ids = rows["impression_id"].to_numpy()[clicks.index["holdout"].numpy()]
-    scores = {f"well-specified learner (L2 {penalty})": pd.DataFrame({"impression_id": holdout_ids,
-                                                                     "logit": learned})}
+    scores = {f"well-specified learner (L2 {penalty})": pd.DataFrame({"impression_id": holdout_ids, "logit": learned})}
     for model_dir in args.model_dir:
         logits, manifest_auc = model_logits(model_dir, cfg)
         name = model_dir.name
         scores[name] = logits
         merged = truth.merge(logits, on="impression_id", validate="one_to_one")
-        print(f"{name}: {len(merged):,} holdout rows scored, AUC {auc(merged['clicked'], merged['logit']):.4f} "
-              f"(manifest: {manifest_auc:.4f})")
+        print(
+            f"{name}: {len(merged):,} holdout rows scored, AUC {auc(merged['clicked'], merged['logit']):.4f} "
+            f"(manifest: {manifest_auc:.4f})"
+        )
 
     fold = (truth["user_id"].to_numpy() % 2).astype(int)
     y = truth["clicked"].to_numpy().astype(float)
     header = " | ".join(f"+ {t}" for t in (*TERMS, "all"))
     print(f"\n| model | ctr AUC | ctr NE | {header} |\n|---|---|---|{'---|' * (len(TERMS) + 1)}")
     oracle = truth["true_logit"].to_numpy()
-    print(f"| true logit | {auc(y, oracle):.4f} | {normalized_entropy(y, 1 / (1 + np.exp(-oracle))):.4f} |"
-          + " |" * (len(TERMS) + 1))
+    print(
+        f"| true logit | {auc(y, oracle):.4f} | {normalized_entropy(y, 1 / (1 + np.exp(-oracle))):.4f} |"
+        + " |" * (len(TERMS) + 1)
+    )
     for name, logits in scores.items():
         score = truth[["impression_id"]].merge(logits, on="impression_id", how="left", validate="one_to_one")["logit"]
         if score.isna().any():

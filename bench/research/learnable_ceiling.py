@@ -64,11 +64,14 @@ PENALTIES = (0.003, 0.01, 0.03, 0.1, 0.3)
 # The model's clock: one indicator per age bucket (floor(log2(1 + minutes)), gem_lake.features.tables.age_bucket) of
 # the newest same-category event, a step function in place of the exact 0.5^(hours/6).
 CLOCK = tuple(f"clock_{k}" for k in range(16))
-CLICK_TERMS = {"static, without the fourth-order term": (), "static": ("interaction",),
-               "+ recency": ("interaction", "recency"),
-               "+ recency + sequence share": ("interaction", "recency", "share"),
-               "+ recency by the model's age bucket": ("interaction", *CLOCK),
-               "+ recency by the model's age bucket + sequence share": ("interaction", *CLOCK, "share")}
+CLICK_TERMS = {
+    "static, without the fourth-order term": (),
+    "static": ("interaction",),
+    "+ recency": ("interaction", "recency"),
+    "+ recency + sequence share": ("interaction", "recency", "share"),
+    "+ recency by the model's age bucket": ("interaction", *CLOCK),
+    "+ recency by the model's age bucket + sequence share": ("interaction", *CLOCK, "share"),
+}
 CVR_TERMS = {"static": (), "+ cart recency": ("cart",), "+ cart recency + sequence share": ("cart", "share")}
 TERMS = ("interaction", "recency", "cart", "share", *CLOCK)
 # Each task's full learner with the world's exact clock: the reference of the acceptance criteria (docs/MODEL.md).
@@ -77,18 +80,28 @@ CLICK_REFERENCE, CVR_REFERENCE = "+ recency + sequence share", "+ cart recency +
 
 def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
     """One row per impression: the ids the learner embeds and its real-valued terms."""
-    events = F.arrays_zip(F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"),
-                          F.col("seq_actions").alias("action"))
+    events = F.arrays_zip(
+        F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"), F.col("seq_actions").alias("action")
+    )
     same = F.filter(events, lambda e: world.category(e["item"]) == F.col("category"))
     recent = F.filter(same, lambda e: e["ts"] >= F.to_timestamp(F.date_sub("ds", 1)))
     carts = F.filter(recent, lambda e: e["action"] == CART_ACTION)
     newest = F.array_max(F.transform(recent, lambda e: e["ts"]))
     clock = age_bucket(newest, F.col("ts"), len(CLOCK))  # null without such an event: every indicator 0
     return examples.select(
-        "impression_id", "ds", "user_id", "ad_id", "category", "surface", "objective", "position",
-        F.col("clicked").cast("int").alias("clicked"), F.col("converted").cast("int").alias("converted"),
-        in_segment(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day"))
-        .alias("interaction"),
+        "impression_id",
+        "ds",
+        "user_id",
+        "ad_id",
+        "category",
+        "surface",
+        "objective",
+        "position",
+        F.col("clicked").cast("int").alias("clicked"),
+        F.col("converted").cast("int").alias("converted"),
+        in_segment(F.col("age_bucket"), F.col("ad_format"), F.col("surface"), F.col("hour_of_day")).alias(
+            "interaction"
+        ),
         decayed(hours_since_last(recent, F.col("ts")), RECENCY_HALF_LIFE_H).alias("recency"),
         decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H).alias("cart"),
         (F.size(same) / F.greatest(F.size("seq_item_ids"), F.lit(1))).alias("share"),
@@ -106,8 +119,10 @@ class Design:
 
     @staticmethod
     def of(rows: pd.DataFrame) -> Design:
-        codes = {c: torch.tensor(pd.factorize(rows[c])[0]) for c in ("surface", "objective", "position", "user_id",
-                                                                     "ad_id", "category")}
+        codes = {
+            c: torch.tensor(pd.factorize(rows[c])[0])
+            for c in ("surface", "objective", "position", "user_id", "ad_id", "category")
+        }
         terms = {c: torch.tensor(rows[c].to_numpy(), dtype=torch.float32) for c in TERMS}
         return Design(codes, terms, {c: int(v.max()) + 1 for c, v in codes.items()})
 
@@ -136,8 +151,16 @@ class WellSpecified(torch.nn.Module):
         return z, penalty
 
 
-def fit(d: Design, labels: torch.Tensor, train: torch.Tensor, biases: tuple[str, ...], terms: tuple[str, ...],
-        penalty: float, epochs: int = 6, batch: int = 4096) -> WellSpecified:
+def fit(
+    d: Design,
+    labels: torch.Tensor,
+    train: torch.Tensor,
+    biases: tuple[str, ...],
+    terms: tuple[str, ...],
+    penalty: float,
+    epochs: int = 6,
+    batch: int = 4096,
+) -> WellSpecified:
     torch.manual_seed(0)
     model = WellSpecified(d, biases, terms)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
@@ -170,24 +193,35 @@ class Task:
     def of(rows: pd.DataFrame, label: str, days: list, holdout_start) -> Task:
         ds = rows["ds"].to_numpy()
         last_train = max(x for x in days if x < holdout_start)
-        masks = {"fit": ds < last_train, "validation": ds == last_train, "train": ds < holdout_start,
-                 "holdout": ds >= holdout_start}
-        return Task(Design.of(rows), torch.tensor(rows[label].to_numpy(), dtype=torch.float32),
-                    {name: torch.tensor(np.flatnonzero(mask)) for name, mask in masks.items()})
+        masks = {
+            "fit": ds < last_train,
+            "validation": ds == last_train,
+            "train": ds < holdout_start,
+            "holdout": ds >= holdout_start,
+        }
+        return Task(
+            Design.of(rows),
+            torch.tensor(rows[label].to_numpy(), dtype=torch.float32),
+            {name: torch.tensor(np.flatnonzero(mask)) for name, mask in masks.items()},
+        )
 
 
-def best_fit(task: Task, biases: tuple[str, ...], terms: tuple[str, ...],
-             penalties: tuple[float, ...] = PENALTIES) -> tuple[WellSpecified, float]:
+def best_fit(
+    task: Task, biases: tuple[str, ...], terms: tuple[str, ...], penalties: tuple[float, ...] = PENALTIES
+) -> tuple[WellSpecified, float]:
     """The learner refit on every training day with the penalty that scored best on the last one, and that penalty."""
     d, labels, index = task.design, task.labels, task.index
-    scores = {p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
-              for p in penalties}
+    scores = {
+        p: evaluate(fit(d, labels, index["fit"], biases, terms, p), d, labels, index["validation"])[1]
+        for p in penalties
+    }
     best = min(scores, key=scores.get)
     return fit(d, labels, index["train"], biases, terms, best), best
 
 
-def ceiling(task: Task, biases: tuple[str, ...], terms: tuple[str, ...],
-            penalties: tuple[float, ...] = PENALTIES) -> tuple[float, float, float]:
+def ceiling(
+    task: Task, biases: tuple[str, ...], terms: tuple[str, ...], penalties: tuple[float, ...] = PENALTIES
+) -> tuple[float, float, float]:
     """(holdout AUC, holdout NE, chosen penalty) of the learner refit on every training day."""
     model, best = best_fit(task, biases, terms, penalties)
     return *evaluate(model, task.design, task.labels, task.index["holdout"]), best
@@ -197,16 +231,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--config", help="JSON file of overrides (the world the lake was built with)")
-    parser.add_argument("--reference-only", action="store_true",
-                        help="fit only each task's full learner (the reference of the acceptance), not every row")
-    parser.add_argument("--penalties", default=",".join(map(str, PENALTIES)),
-                        help="the L2 penalties to choose from on the last training day")
+    parser.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="fit only each task's full learner (the reference of the acceptance), not every row",
+    )
+    parser.add_argument(
+        "--penalties",
+        default=",".join(map(str, PENALTIES)),
+        help="the L2 penalties to choose from on the last training day",
+    )
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset, args.config)
     penalties = tuple(float(p) for p in args.penalties.split(","))
     if cfg.features.age_buckets != len(CLOCK):
-        raise SystemExit(f"features.age_buckets is {cfg.features.age_buckets}; the learner's clock has {len(CLOCK)} "
-                         "buckets: set CLOCK in bench/research/learnable_ceiling.py to the preset's age_buckets")
+        raise SystemExit(
+            f"features.age_buckets is {cfg.features.age_buckets}; the learner's clock has {len(CLOCK)} "
+            "buckets: set CLOCK in bench/research/learnable_ceiling.py to the preset's age_buckets"
+        )
     spark = build_spark_session()
     rows = learner_rows(read_table(spark, GemPaths.from_env().table("gold.training_examples")), Source(spark, cfg))
     spark.stop()

@@ -48,8 +48,13 @@ def row(name: str, metrics: dict[str, float]) -> list[str]:
             continue
         m = {k.removeprefix(f"{task}/"): v for k, v in metrics.items() if k.startswith(f"{task}/")}
         sd = f"{m['auc_seed_sd']:.4f}" if "auc_seed_sd" in m else "–"
-        cells += [f"{m['auc']:.4f} [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]", sd, f"{m['ne']:.4f}",
-                  f"{m['calibration']:.3f}", f"{m['log_loss']:.4f}"]
+        cells += [
+            f"{m['auc']:.4f} [{m['auc_ci_low']:.3f}, {m['auc_ci_high']:.3f}]",
+            sd,
+            f"{m['ne']:.4f}",
+            f"{m['calibration']:.3f}",
+            f"{m['log_loss']:.4f}",
+        ]
     return cells
 
 
@@ -59,8 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-source")
     parser.add_argument("--config", help="JSON file of overrides applied to every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--seeds", help="comma-separated train.seed values, each variant trained with each "
-                                        "(default: the config's seed alone)")
+    parser.add_argument(
+        "--seeds",
+        help="comma-separated train.seed values, each variant trained with each (default: the config's seed alone)",
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset, args.config, args.data_source)
@@ -78,19 +85,25 @@ def main(argv: list[str] | None = None) -> None:
         for seed in seeds:
             started = time.monotonic()
             manifest = train_variant(cfg, paths, name, data_version, seed)
-            runs[seed] = {"metrics": manifest["metrics"], "train_seconds": manifest["train_seconds"],
-                          "wall_seconds": time.monotonic() - started}
+            runs[seed] = {
+                "metrics": manifest["metrics"],
+                "train_seconds": manifest["train_seconds"],
+                "wall_seconds": time.monotonic() - started,
+            }
         results["variants"][name] = {"metrics": mean_metrics([r["metrics"] for r in runs.values()]), "seeds": runs}
-    header = ["model"] + [f"{t} {m}" for t in TASKS
-                          for m in ("AUC [95% CI]", "AUC seed sd", "NE", "calibration", "log loss")]
+    header = ["model"] + [
+        f"{t} {m}" for t in TASKS for m in ("AUC [95% CI]", "AUC seed sd", "NE", "calibration", "log loss")
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     first = next(iter(results["variants"].values()))["metrics"]
     for name, result in results["variants"].items():
         lines.append("| " + " | ".join(row(name, result["metrics"])) + " |")
     if "ctr/oracle_auc" in first:
-        oracle = ["oracle (true p)"] + [cell for t in TASKS for cell in
-                                        (f"{first[f'{t}/oracle_auc']:.4f}", "–", f"{first[f'{t}/oracle_ne']:.4f}", "–",
-                                         "–")]
+        oracle = ["oracle (true p)"] + [
+            cell
+            for t in TASKS
+            for cell in (f"{first[f'{t}/oracle_auc']:.4f}", "–", f"{first[f'{t}/oracle_ne']:.4f}", "–", "–")
+        ]
         lines.append("| " + " | ".join(oracle) + " |")
     positives = {t: (int(first.get(f"{t}/positives", 0)), int(first.get(f"{t}/rows", 0))) for t in TASKS}
     lines.append("")
@@ -101,8 +114,9 @@ def main(argv: list[str] | None = None) -> None:
             gap = first[f"{task}/oracle_auc"] - dlrm
             closed = {n: (r["metrics"][f"{task}/auc"] - dlrm) / gap for n, r in results["variants"].items()}
             results[f"{task}_gap_closed"] = closed
-            lines.append(f"{task} gap to the oracle closed vs DLRM: "
-                         + ", ".join(f"{n} {v:.0%}" for n, v in closed.items()))
+            lines.append(
+                f"{task} gap to the oracle closed vs DLRM: " + ", ".join(f"{n} {v:.0%}" for n, v in closed.items())
+            )
     table = "\n".join(lines)
     print(table)
     results["table"] = table

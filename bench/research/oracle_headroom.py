@@ -35,16 +35,26 @@ def main(argv: list[str] | None = None) -> None:
     print("| oracle | ctr AUC on the holdout |\n|---|---|")
     train_days = [d for d in cfg.world.days if d < cfg.world.holdout_start]
     for ds in (d for d in cfg.world.days if d >= cfg.world.holdout_start):
-        day = rows.where(F.col("ds") == F.lit(ds)).select(
-            "clicked", F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("logit"),
-            (world.drift(F.col("ad_id"), ds) - sum(world.drift(F.col("ad_id"), d) for d in train_days)
-             / len(train_days)).alias("drift"),
-            (-POSITION_PENALTY * (F.col("position") - 1)).alias("position_term"),
-        ).toPandas()
+        day = (
+            rows.where(F.col("ds") == F.lit(ds))
+            .select(
+                "clicked",
+                F.log(F.col("p_click") / (1 - F.col("p_click"))).alias("logit"),
+                (
+                    world.drift(F.col("ad_id"), ds)
+                    - sum(world.drift(F.col("ad_id"), d) for d in train_days) / len(train_days)
+                ).alias("drift"),
+                (-POSITION_PENALTY * (F.col("position") - 1)).alias("position_term"),
+            )
+            .toPandas()
+        )
         clicked = day["clicked"].to_numpy(bool)
-        variants = {"true p_click": day["logit"], "without the unseen drift": day["logit"] - day["drift"],
-                    "without position": day["logit"] - day["position_term"],
-                    "without the unseen drift and position": day["logit"] - day["drift"] - day["position_term"]}
+        variants = {
+            "true p_click": day["logit"],
+            "without the unseen drift": day["logit"] - day["drift"],
+            "without position": day["logit"] - day["position_term"],
+            "without the unseen drift and position": day["logit"] - day["drift"] - day["position_term"],
+        }
         for name, score in variants.items():
             print(f"| {name} ({ds}) | {auc(clicked, np.asarray(score)):.4f} |")
     spark.stop()

@@ -47,13 +47,22 @@ EPOCHS = 1
 # Each rung widens the dense arches together; the middle GEM rung and DLRM's/DCN-V2's second are the defaults.
 LADDERS: dict[str, dict[str, dict[str, Any]]] = {
     "gem": {
-        "xs": {"shared_dims": [64, 32], "wukong": {"n_fm": 4, "n_lc": 4, "rank": 4, "mlp_dims": [64]},
-               "sequence": {"dim": 16}},
+        "xs": {
+            "shared_dims": [64, 32],
+            "wukong": {"n_fm": 4, "n_lc": 4, "rank": 4, "mlp_dims": [64]},
+            "sequence": {"dim": 16},
+        },
         "s": {},
-        "m": {"shared_dims": [256, 128], "wukong": {"n_fm": 16, "n_lc": 16, "rank": 16, "mlp_dims": [256]},
-              "sequence": {"dim": 48}},
-        "l": {"shared_dims": [512, 256], "wukong": {"n_fm": 32, "n_lc": 32, "rank": 16, "mlp_dims": [512]},
-              "sequence": {"dim": 64}},
+        "m": {
+            "shared_dims": [256, 128],
+            "wukong": {"n_fm": 16, "n_lc": 16, "rank": 16, "mlp_dims": [256]},
+            "sequence": {"dim": 48},
+        },
+        "l": {
+            "shared_dims": [512, 256],
+            "wukong": {"n_fm": 32, "n_lc": 32, "rank": 16, "mlp_dims": [512]},
+            "sequence": {"dim": 64},
+        },
     },
     "dlrm": {
         "xs": {"shared_dims": [64, 32]},
@@ -70,14 +79,39 @@ LADDERS: dict[str, dict[str, dict[str, Any]]] = {
 }
 # Wukong's ablation at every size: GEM's ladder with MLP interaction layers of the same shapes (`use_wukong=false`;
 # Wukong's `rank` does not apply). A rung's own `architecture` names the model it builds.
-LADDERS["gem-mlp"] = {rung: {**model, "architecture": "gem", "use_wukong": False,
-                             "wukong": {k: v for k, v in model.get("wukong", {}).items() if k != "rank"}}
-                      for rung, model in LADDERS["gem"].items()}
+LADDERS["gem-mlp"] = {
+    rung: {
+        **model,
+        "architecture": "gem",
+        "use_wukong": False,
+        "wukong": {k: v for k, v in model.get("wukong", {}).items() if k != "rank"},
+    }
+    for rung, model in LADDERS["gem"].items()
+}
 RUNGS = tuple(LADDERS["gem"])  # every ladder has the same sizes
 # Student's t 97.5% quantiles by degrees of freedom (beyond the table, the normal's 1.96 is close enough).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 18: 2.101, 20: 2.086, 25: 2.060,
-         30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    18: 2.101,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042,
+}
 
 
 def training_rows(table: Path, version: int, cfg: GemConfig) -> int:
@@ -86,8 +120,10 @@ def training_rows(table: Path, version: int, cfg: GemConfig) -> int:
 
 
 def rung_config(base: GemConfig, architecture: str, rung: str, seed: int, window_days: int = 0) -> GemConfig:
-    overrides = {"model": {"architecture": architecture, **LADDERS[architecture][rung]},
-                 "train": {"epochs": EPOCHS, "seed": seed, "window_days": window_days}}
+    overrides = {
+        "model": {"architecture": architecture, **LADDERS[architecture][rung]},
+        "train": {"epochs": EPOCHS, "seed": seed, "window_days": window_days},
+    }
     return GemConfig.from_dict(overrides, base=base)
 
 
@@ -105,12 +141,21 @@ def power_law(compute: list[float], ne: list[float]) -> dict[str, float]:
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     residual = y - design @ coef
     df = len(x) - 2
-    se = math.sqrt(float(residual @ residual) / df * float(np.linalg.inv(design.T @ design)[1, 1])) if df > 0 \
+    se = (
+        math.sqrt(float(residual @ residual) / df * float(np.linalg.inv(design.T @ design)[1, 1]))
+        if df > 0
         else math.inf
+    )
     alpha = -float(coef[1])
     half = t975(df) * se
-    return {"alpha": alpha, "alpha_se": se, "alpha_low": alpha - half, "alpha_high": alpha + half,
-            "log_a": float(coef[0]), "points": len(x)}
+    return {
+        "alpha": alpha,
+        "alpha_se": se,
+        "alpha_low": alpha - half,
+        "alpha_high": alpha + half,
+        "log_a": float(coef[0]),
+        "points": len(x),
+    }
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -130,8 +175,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 continue
             fit = results["fits"][arch][task]
             grid = np.geomspace(min(c), max(c), 20)
-            ax.loglog(grid, np.exp(fit["log_a"]) * grid ** -fit["alpha"], "-", color=line.get_color(),
-                      label=f"{arch} fit: alpha {fit['alpha']:.4f} ± {fit['alpha_high'] - fit['alpha']:.4f}")
+            ax.loglog(
+                grid,
+                np.exp(fit["log_a"]) * grid ** -fit["alpha"],
+                "-",
+                color=line.get_color(),
+                label=f"{arch} fit: alpha {fit['alpha']:.4f} ± {fit['alpha_high'] - fit['alpha']:.4f}",
+            )
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
             axis(matplotlib.ticker.FormatStrFormatter("%.3f"))  # NE spans a few percent: plain decimals
         # Compute spans one to three decades: "2e+12" labels stay apart where "2 x 10^12" ones overlap.
@@ -153,10 +203,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="JSON file of overrides applied to every run")
     parser.add_argument("--architectures", default=",".join(LADDERS))
     parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--rungs", default=",".join(RUNGS),
-                        help="the sizes to train and fit, e.g. xs,s,m to fit the ladder below its largest rung")
-    parser.add_argument("--window-days", default="0",
-                        help="train.window_days values, each trained at every size: the data axis (0: every day)")
+    parser.add_argument(
+        "--rungs",
+        default=",".join(RUNGS),
+        help="the sizes to train and fit, e.g. xs,s,m to fit the ladder below its largest rung",
+    )
+    parser.add_argument(
+        "--window-days",
+        default="0",
+        help="train.window_days values, each trained at every size: the data axis (0: every day)",
+    )
     parser.add_argument("--out", type=Path, help="write the runs and fits as JSON here")
     parser.add_argument("--plot", type=Path, help="write the log-log plot (PNG) here")
     args = parser.parse_args(argv)
@@ -167,13 +223,17 @@ def main(argv: list[str] | None = None) -> None:
     paths = GemPaths.from_env()
     examples = paths.table("gold.training_examples")
     if not (examples / "_delta_log").is_dir():
-        raise SystemExit(f"no {examples}: build the features first (python -m jobs.build_features --preset "
-                         f"{args.preset}, or bench/research/model_quality.py, which builds them)")
+        raise SystemExit(
+            f"no {examples}: build the features first (python -m jobs.build_features --preset "
+            f"{args.preset}, or bench/research/model_quality.py, which builds them)"
+        )
     data_version = DeltaTable(str(examples)).version()
     torch.set_num_threads(os.cpu_count() or 1)
     windows = [int(w) for w in args.window_days.split(",")]
-    seen = {w: training_rows(examples, data_version, GemConfig.from_dict({"train": {"window_days": w}}, base=base))
-            * EPOCHS for w in windows}
+    seen = {
+        w: training_rows(examples, data_version, GemConfig.from_dict({"train": {"window_days": w}}, base=base)) * EPOCHS
+        for w in windows
+    }
     results: dict[str, Any] = {"preset": base.preset, "epochs": EPOCHS, "runs": {}, "fits": {}}
     print("| model | size | days | seed | dense MFLOP / example | examples | compute (FLOP) | ctr NE | cvr NE |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -187,22 +247,36 @@ def main(argv: list[str] | None = None) -> None:
                     manifest = train(cfg, paths, f"scale-{cfg.preset}-{arch}-{rung}-{cfg.fingerprint}", data_version)
                     flops = flops or dense_flops_per_example(cfg, paths)
                     overall = {k: v for k, v in manifest["metrics"].items() if k.split("/")[0] in TASKS}
-                    runs.append({"rung": rung, "window_days": window, "seed": seed, "flops_per_example": flops,
-                                 "examples": seen[window], "compute": flops * seen[window], "metrics": overall})
-                    print(f"| {arch} | {rung} | {window or 'all'} | {seed} | {flops / 1e6:.2f} | {seen[window]:,} | "
-                          f"{flops * seen[window]:.3g} | {overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |",
-                          flush=True)
+                    runs.append(
+                        {
+                            "rung": rung,
+                            "window_days": window,
+                            "seed": seed,
+                            "flops_per_example": flops,
+                            "examples": seen[window],
+                            "compute": flops * seen[window],
+                            "metrics": overall,
+                        }
+                    )
+                    print(
+                        f"| {arch} | {rung} | {window or 'all'} | {seed} | {flops / 1e6:.2f} | {seen[window]:,} | "
+                        f"{flops * seen[window]:.3g} | {overall['ctr/ne']:.4f} | {overall['cvr/ne']:.4f} |",
+                        flush=True,
+                    )
         results["runs"][arch] = runs
         if len({r["compute"] for r in runs}) < 2:  # every run at one compute: no slope to fit
             continue
-        results["fits"][arch] = {task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"]
-                                                                                for r in runs]) for task in TASKS}
+        results["fits"][arch] = {
+            task: power_law([r["compute"] for r in runs], [r["metrics"][f"{task}/ne"] for r in runs]) for task in TASKS
+        }
     if results["fits"]:
         print("\n| model | task | alpha (NE ∝ C^-alpha) | 95% interval | points |\n|---|---|---|---|---|")
     for arch, fits in results["fits"].items():
         for task, fit in fits.items():
-            print(f"| {arch} | {task} | {fit['alpha']:.5f} | [{fit['alpha_low']:.5f}, {fit['alpha_high']:.5f}] | "
-                  f"{fit['points']} |")
+            print(
+                f"| {arch} | {task} | {fit['alpha']:.5f} | [{fit['alpha_low']:.5f}, {fit['alpha_high']:.5f}] | "
+                f"{fit['points']} |"
+            )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2, sort_keys=True))

@@ -53,8 +53,13 @@ def ensure_export(args: argparse.Namespace, paths: GemPaths, cfg: GemConfig, ver
     logits = paths.table("gold.teacher_logits")
     present: set = set()
     if (logits / "_delta_log").is_dir():
-        present = set(open_delta(logits).to_table(columns=["ds"], filter=pc.field("model_version") == version)
-                      .column("ds").unique().to_pylist())
+        present = set(
+            open_delta(logits)
+            .to_table(columns=["ds"], filter=pc.field("model_version") == version)
+            .column("ds")
+            .unique()
+            .to_pylist()
+        )
     missing = [d for d in days if d not in present]
     if not missing:
         return
@@ -68,8 +73,9 @@ def ensure_export(args: argparse.Namespace, paths: GemPaths, cfg: GemConfig, ver
     if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
         instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     for day in missing:
-        result = defs.resolve_job_def("export_job").execute_in_process(instance=instance,
-                                                                      partition_key=model_day_key(version, day))
+        result = defs.resolve_job_def("export_job").execute_in_process(
+            instance=instance, partition_key=model_day_key(version, day)
+        )
         if not result.success:
             raise RuntimeError(f"export_job failed for {day} with model_version {version}")
 
@@ -81,8 +87,9 @@ def _cell(metrics: dict[str, float], key: str) -> str:
 
 def mean_metrics(manifests: list[dict[str, Any]]) -> dict[str, float]:
     """Each metric's mean over the runs (one per student seed)."""
-    return {key: statistics.fmean(m["metrics"].get(key, math.nan) for m in manifests)
-            for key in manifests[0]["metrics"]}
+    return {
+        key: statistics.fmean(m["metrics"].get(key, math.nan) for m in manifests) for key in manifests[0]["metrics"]
+    }
 
 
 def _gain(values: list[float]) -> str:
@@ -105,8 +112,12 @@ def tables(manifests: list[dict[str, Any]]) -> str:
     lines = []
     for metric in ("ne", "auc"):
         header = ["surface", "task", *columns]
-        lines += [f"{metric.upper()} on {', '.join(first['calendar']['eval'])}, means over student seeds {seeds}", "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [
+            f"{metric.upper()} on {', '.join(first['calendar']['eval'])}, means over student seeds {seeds}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         for scope in ("all", *surfaces):
             prefix = "" if scope == "all" else f"{scope}/"
             for task in TASKS:
@@ -115,30 +126,52 @@ def tables(manifests: list[dict[str, Any]]) -> str:
         lines.append("")
     # The ratio of the mean gains, each seed's ratio, and the adapter's targets without the embeddings
     # against KD's: how much of the adapter student's gain is the targets rather than the embeddings.
-    header = ["surface", "task", "KD NE gain", "adapter NE gain", "adapter / KD", "per seed",
-              "adapter targets without embeddings / KD", "KD AUC gain", "adapter AUC gain"]
-    lines += ["Gains over labels-only (NE: lower is better, gain = NE(labels) - NE(variant))", "",
-              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = [
+        "surface",
+        "task",
+        "KD NE gain",
+        "adapter NE gain",
+        "adapter / KD",
+        "per seed",
+        "adapter targets without embeddings / KD",
+        "KD AUC gain",
+        "adapter AUC gain",
+    ]
+    lines += [
+        "Gains over labels-only (NE: lower is better, gain = NE(labels) - NE(variant))",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     of_means = gains(metrics, surfaces)  # the gains are differences, so those of the means are the means of each
     for scope in ("all", *surfaces):
         prefix = "" if scope == "all" else f"{scope}/"
         for task in TASKS:
             per_seed, mean = [m["gains"][scope][task] for m in manifests], of_means[scope][task]
-            targets_only = (metrics[f"labels/{prefix}{task}/ne"]
-                            - metrics.get(f"adapter_no_embeddings/{prefix}{task}/ne", math.nan))
-            cells = [_gain([g["kd_ne_gain"] for g in per_seed]), _gain([g["adapter_ne_gain"] for g in per_seed]),
-                     _ratio(mean["ne_gain_ratio"]), ", ".join(_ratio(g["ne_gain_ratio"]) for g in per_seed),
-                     _ratio(targets_only / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
-                     f"{mean['kd_auc_gain']:+.4f}", f"{mean['adapter_auc_gain']:+.4f}"]
+            targets_only = metrics[f"labels/{prefix}{task}/ne"] - metrics.get(
+                f"adapter_no_embeddings/{prefix}{task}/ne", math.nan
+            )
+            cells = [
+                _gain([g["kd_ne_gain"] for g in per_seed]),
+                _gain([g["adapter_ne_gain"] for g in per_seed]),
+                _ratio(mean["ne_gain_ratio"]),
+                ", ".join(_ratio(g["ne_gain_ratio"]) for g in per_seed),
+                _ratio(targets_only / mean["kd_ne_gain"] if mean["kd_ne_gain"] > 0 else math.nan),
+                f"{mean['kd_auc_gain']:+.4f}",
+                f"{mean['adapter_auc_gain']:+.4f}",
+            ]
             lines.append("| " + " | ".join([scope, task, *cells]) + " |")
-    inference = {v: statistics.fmean(m["inference_ms_per_1000"][v] for m in manifests)
-                 for v in first["inference_ms_per_1000"]}
-    lines += ["", f"rows (train / eval) per surface: {first['rows']}",
-              *(f"adapter fit, seed {m['config']['student']['seed']}: {json.dumps(m['adapter_fit'])}"
-                for m in manifests),
-              "student training, s (1 thread): " + ", ".join(f"{m['train_seconds']:.0f}" for m in manifests),
-              "inference, ms per 1,000 rows (1 thread, mean over the runs): "
-              + ", ".join(f"{v} {ms:.3f}" for v, ms in inference.items())]
+    inference = {
+        v: statistics.fmean(m["inference_ms_per_1000"][v] for m in manifests) for v in first["inference_ms_per_1000"]
+    }
+    lines += [
+        "",
+        f"rows (train / eval) per surface: {first['rows']}",
+        *(f"adapter fit, seed {m['config']['student']['seed']}: {json.dumps(m['adapter_fit'])}" for m in manifests),
+        "student training, s (1 thread): " + ", ".join(f"{m['train_seconds']:.0f}" for m in manifests),
+        "inference, ms per 1,000 rows (1 thread, mean over the runs): "
+        + ", ".join(f"{v} {ms:.3f}" for v, ms in inference.items()),
+    ]
     return "\n".join(lines)
 
 

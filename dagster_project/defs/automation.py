@@ -27,8 +27,9 @@ from dagster_project.defs.training.assets import TEACHER_MODEL
 from dagster_project.resources.lake import LakeResource
 from gem_model.config import GemConfig
 
-DIMENSIONS = dg.AssetSelection.assets(["bronze", "users"], ["bronze", "ads"], ["silver", "user_features"],
-                                      ["silver", "ad_features"])
+DIMENSIONS = dg.AssetSelection.assets(
+    ["bronze", "users"], ["bronze", "ads"], ["silver", "user_features"], ["silver", "ad_features"]
+)
 
 
 def build_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
@@ -58,15 +59,21 @@ def serving_days(instance: dg.DagsterInstance, cfg: GemConfig) -> list[date]:
 
 def export_requests(lake: LakeResource, version: str, days: list[date]) -> list[dg.RunRequest]:
     """One export run per day of `days` that `version` has not published both indexes for yet."""
-    return [dg.RunRequest(run_key=f"{version}:{day.isoformat()}", partition_key=model_day_key(version, day))
-            for day in days
-            if not all((lake.paths.index_dir(name, version, day) / "CURRENT").is_file() for name in INDEXES)]
+    return [
+        dg.RunRequest(run_key=f"{version}:{day.isoformat()}", partition_key=model_day_key(version, day))
+        for day in days
+        if not all((lake.paths.index_dir(name, version, day) / "CURRENT").is_file() for name in INDEXES)
+    ]
 
 
 def build_sensors(jobs: dict[str, dg.UnresolvedAssetJobDefinition], cfg: GemConfig) -> list[dg.SensorDefinition]:
-    @dg.sensor(job=jobs["export_job"], name="teacher_model_sensor", minimum_interval_seconds=30,
-               description="Export the promoted teacher (models/LATEST) on every day after its training window: "
-                           "the holdout days, then each new day the daily schedule builds; once per (version, day)")
+    @dg.sensor(
+        job=jobs["export_job"],
+        name="teacher_model_sensor",
+        minimum_interval_seconds=30,
+        description="Export the promoted teacher (models/LATEST) on every day after its training window: "
+        "the holdout days, then each new day the daily schedule builds; once per (version, day)",
+    )
     def teacher_model_sensor(context: dg.SensorEvaluationContext, lake: LakeResource):
         try:
             version = lake.latest_model_version()
@@ -78,7 +85,8 @@ def build_sensors(jobs: dict[str, dg.UnresolvedAssetJobDefinition], cfg: GemConf
         if not requests and not new:
             return dg.SkipReason(f"{version} is exported on every serving day")
         # A request's run key is `<version>:<day>`: Dagster launches each at most once.
-        return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=[
-            MODEL_VERSIONS.build_add_request(new)] if new else [])
+        return dg.SensorResult(
+            run_requests=requests, dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new)] if new else []
+        )
 
     return [teacher_model_sensor]

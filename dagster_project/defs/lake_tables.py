@@ -48,14 +48,22 @@ def column_schema(table: str, columns: list[tuple[str, str]]) -> dg.TableSchema:
         text = described.get(name)
         return (f"key: {text}" if text else "key") if name in keys else text
 
-    return dg.TableSchema(columns=[
-        dg.TableColumn(name, type_, description=description(name),
-                       constraints=dg.TableColumnConstraints(nullable=False) if name in keys else None)
-        for name, type_ in columns])
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name,
+                type_,
+                description=description(name),
+                constraints=dg.TableColumnConstraints(nullable=False) if name in keys else None,
+            )
+            for name, type_ in columns
+        ]
+    )
 
 
-def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = None,
-                   blocking: bool = True) -> dg.AssetChecksDefinition:
+def contract_check(
+    table: str, partitions_def: dg.PartitionsDefinition | None = None, blocking: bool = True
+) -> dg.AssetChecksDefinition:
     """Schema matches the contract, and the partition checked (the table, if unpartitioned) is non-empty, has
     no null keys (read from the Delta log's per-file statistics by `gem_lake.delta.table_stats`: no Spark job) and,
     where the keys identify a row, no repeated key (read from the key columns' files)."""
@@ -63,27 +71,33 @@ def contract_check(table: str, partitions_def: dg.PartitionsDefinition | None = 
     contract = CONTRACT[table]
     unique = ", unique keys" if contract.unique else ""
 
-    @dg.asset_check(asset=key(table), name="contract", blocking=blocking, partitions_def=partitions_def,
-                    description=f"{table}: contract schema, non-empty {scope}, no null keys{unique}")
+    @dg.asset_check(
+        asset=key(table),
+        name="contract",
+        blocking=blocking,
+        partitions_def=partitions_def,
+        description=f"{table}: contract schema, non-empty {scope}, no null keys{unique}",
+    )
     def _check(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
         from gem_lake.delta import table_stats
 
         partition = partition_columns(partitions_def, context.partition_key) if partitions_def else None
-        stats = table_stats(lake.paths.table(table), partition, contract.keys,
-                            contract.keys if contract.unique else ())
+        stats = table_stats(lake.paths.table(table), partition, contract.keys, contract.keys if contract.unique else ())
         problems = schema_violations(table, stats.schema)
         if stats.rows == 0:
             problems.append(f"{scope} is empty")
         problems += [f"{n} null values in key column {k}" for k, n in stats.nulls.items() if n]
         if stats.repeated_keys:
-            problems.append(f"{stats.repeated_keys} rows repeat the key ({', '.join(contract.keys)}) of an earlier "
-                            "row")
+            problems.append(f"{stats.repeated_keys} rows repeat the key ({', '.join(contract.keys)}) of an earlier row")
         return dg.AssetCheckResult(
             passed=not problems,
             description="; ".join(problems) or "ok",
-            metadata={"rows": stats.rows, **{f"null_{k}": n for k, n in stats.nulls.items()},
-                      **({"repeated_keys": stats.repeated_keys} if contract.unique else {}),
-                      "delta_version": stats.version},
+            metadata={
+                "rows": stats.rows,
+                **{f"null_{k}": n for k, n in stats.nulls.items()},
+                **({"repeated_keys": stats.repeated_keys} if contract.unique else {}),
+                "delta_version": stats.version,
+            },
         )
 
     return _check

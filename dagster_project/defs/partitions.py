@@ -22,14 +22,16 @@ MODEL_VERSIONS = dg.DynamicPartitionsDefinition(name="model_versions")
 
 # Checks are partitioned like their assets, so the UI shows each partition's check (Dagster calls
 # partitioned checks a preview and would say so at every load of the code location).
-warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
-                        category=dg.PreviewWarning)
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+)
 
 
 def daily_partitions(cfg: GemConfig) -> dg.DailyPartitionsDefinition:
     end = cfg.calendar_end
-    return dg.DailyPartitionsDefinition(start_date=cfg.world.start_date.isoformat(),
-                                        end_date=(end + timedelta(days=1)).isoformat() if end else None)
+    return dg.DailyPartitionsDefinition(
+        start_date=cfg.world.start_date.isoformat(), end_date=(end + timedelta(days=1)).isoformat() if end else None
+    )
 
 
 def model_day_partitions(cfg: GemConfig) -> dg.MultiPartitionsDefinition:

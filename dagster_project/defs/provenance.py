@@ -27,13 +27,19 @@ class Provenance:
 
 
 GROUPS = {
-    "features": Provenance(("team:ads-data",), ("world", "data", "features"),
-                           ("gem_lake/features", "gem_lake/sources", "gem_lake/delta.py",
-                            "gem_lake/table_contract.py")),
-    "training": Provenance(("team:ads-ranking",), ("world", "data", "features", "model", "train", "promotion"),
-                           ("gem_model", "kernels", "jobs/train.py")),
-    "export": Provenance(("team:ads-serving",), ("export", "index"),
-                         ("gem_model/export", "jobs/score.py", "gem_lake/export_tables.py")),
+    "features": Provenance(
+        ("team:ads-data",),
+        ("world", "data", "features"),
+        ("gem_lake/features", "gem_lake/sources", "gem_lake/delta.py", "gem_lake/table_contract.py"),
+    ),
+    "training": Provenance(
+        ("team:ads-ranking",),
+        ("world", "data", "features", "model", "train", "promotion"),
+        ("gem_model", "kernels", "jobs/train.py"),
+    ),
+    "export": Provenance(
+        ("team:ads-serving",), ("export", "index"), ("gem_model/export", "jobs/score.py", "gem_lake/export_tables.py")
+    ),
     "student": Provenance(("team:ads-ranking",), ("student",), ("gem_model/distill", "jobs/train_student.py")),
     "reports": Provenance(("team:ads-data",), (), ("sql", "gem_lake/sql/query.py")),
 }
@@ -55,15 +61,19 @@ def code_version(cfg: GemConfig, provenance: Provenance) -> str:
     return digest.hexdigest()[:12]
 
 
-def with_provenance(assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
-                    cfg: GemConfig) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+def with_provenance(
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], cfg: GemConfig
+) -> list[dg.AssetsDefinition | dg.AssetSpec]:
     versions = {group: code_version(cfg, p) for group, p in GROUPS.items()}
 
     def stamp(spec: dg.AssetSpec) -> dg.AssetSpec:
         if spec.group_name not in GROUPS:
-            raise ValueError(f"asset {spec.key.to_user_string()} is in group {spec.group_name!r}, which "
-                             f"dagster_project/defs/provenance.py does not know; add it to GROUPS")
-        return spec.replace_attributes(owners=list(GROUPS[spec.group_name].owners),
-                                       code_version=versions[spec.group_name])
+            raise ValueError(
+                f"asset {spec.key.to_user_string()} is in group {spec.group_name!r}, which "
+                f"dagster_project/defs/provenance.py does not know; add it to GROUPS"
+            )
+        return spec.replace_attributes(
+            owners=list(GROUPS[spec.group_name].owners), code_version=versions[spec.group_name]
+        )
 
     return list(dg.map_asset_specs(stamp, assets))

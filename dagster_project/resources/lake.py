@@ -31,8 +31,9 @@ class LakeResource(dg.ConfigurableResource):
 
     @property
     def config(self) -> GemConfig:
-        return GemConfig.from_sources(ConfigSources(self.preset, self.config_path, self.data_source,
-                                                    self.source_mapping))
+        return GemConfig.from_sources(
+            ConfigSources(self.preset, self.config_path, self.data_source, self.source_mapping)
+        )
 
     def latest_model_version(self) -> str:
         return self.paths.latest_model_version()

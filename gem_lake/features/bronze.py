@@ -68,8 +68,10 @@ class MissingLandingError(FileNotFoundError):
 
     def __init__(self, table: str, partitions: list[str], journals: Path) -> None:
         listed = ", ".join(partitions)
-        super().__init__(f"{table} partition{'s' if len(partitions) > 1 else ''} {listed} "
-                         f"{'were' if len(partitions) > 1 else 'was'} never landed (no landing journal in {journals})")
+        super().__init__(
+            f"{table} partition{'s' if len(partitions) > 1 else ''} {listed} "
+            f"{'were' if len(partitions) > 1 else 'was'} never landed (no landing journal in {journals})"
+        )
         self.table, self.partitions = table, partitions
 
 
@@ -113,8 +115,16 @@ def require_landed(paths: GemPaths, table: str, partitions: Iterable[str]) -> di
     return accepted
 
 
-def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
-         ds: date | None = None, *, policy: WritePolicy = UNGUARDED, holder: str = "") -> Landing:
+def land(
+    raw: DataFrame,
+    table: str,
+    paths: GemPaths,
+    surfaces: tuple[str, ...],
+    ds: date | None = None,
+    *,
+    policy: WritePolicy = UNGUARDED,
+    holder: str = "",
+) -> Landing:
     """Split `raw` and land it as `table` (day `ds`, or the whole dimension), journaled (module docstring)."""
     partition = ds.isoformat() if ds else WHOLE_TABLE
     holder = holder or f"pid {os.getpid()}"
@@ -127,8 +137,13 @@ def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
         check_row_drop(target, {"ds": ds} if ds else None, accepted.count(), policy)
         journal = _journal_path(paths, table, partition)
         previous = read_journal(paths, table, partition)
-        entry = {"landing_id": uuid.uuid4().hex, "holder": holder, "state": "started", "rows_in": rows_in,
-                 "started_at": datetime.now(UTC).isoformat()}
+        entry = {
+            "landing_id": uuid.uuid4().hex,
+            "holder": holder,
+            "state": "started",
+            "rows_in": rows_in,
+            "started_at": datetime.now(UTC).isoformat(),
+        }
         _write_journal(journal, entry)
         lineage = {"landing_id": entry["landing_id"], "holder": holder}
         unguarded = dataclasses.replace(policy, max_row_drop_fraction=None)  # checked above, before the journal
@@ -153,8 +168,16 @@ def land(raw: DataFrame, table: str, paths: GemPaths, surfaces: tuple[str, ...],
         held = table_stats(target, {"ds": ds} if ds else None)  # its rows and the version they were counted at
         reasons = value_counts(paths.table(REJECTED_TABLE), "reason", slice_)
         landing = Landing(table, rows_in, held.rows, sum(reasons.values()), dict(sorted(reasons.items())))
-        _write_journal(journal, {**entry, "state": "committed", "finished_at": datetime.now(UTC).isoformat(),
-                                 "accepted": landing.accepted, "rejected": landing.rejected,
-                                 "delta_version": held.version,
-                                 "rejected_delta_version": table_version(paths.table(REJECTED_TABLE))})
+        _write_journal(
+            journal,
+            {
+                **entry,
+                "state": "committed",
+                "finished_at": datetime.now(UTC).isoformat(),
+                "accepted": landing.accepted,
+                "rejected": landing.rejected,
+                "delta_version": held.version,
+                "rejected_delta_version": table_version(paths.table(REJECTED_TABLE)),
+            },
+        )
     return landing

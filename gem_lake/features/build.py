@@ -33,9 +33,14 @@ SILVER: dict[str, tuple[str, Callable[[DataFrame, FeatureSpec], DataFrame]]] = {
 }
 # The Dagster job that materialises each input table (dagster_project.defs.automation), named in the error of a
 # build whose input is missing.
-BUILT_BY = {"bronze.users": "build_dimensions_job", "bronze.ads": "build_dimensions_job",
-            "silver.user_features": "build_dimensions_job", "silver.ad_features": "build_dimensions_job",
-            "bronze.events": "build_features_job", "bronze.impressions": "build_features_job"}
+BUILT_BY = {
+    "bronze.users": "build_dimensions_job",
+    "bronze.ads": "build_dimensions_job",
+    "silver.user_features": "build_dimensions_job",
+    "silver.ad_features": "build_dimensions_job",
+    "bronze.events": "build_features_job",
+    "bronze.impressions": "build_features_job",
+}
 
 # What each bronze table lands from the source (dimensions ignore the day).
 RAW: dict[str, Callable[[Source, date | None], DataFrame]] = {
@@ -52,19 +57,36 @@ class MissingInputError(FileNotFoundError):
 
 def landing_policy(cfg: GemConfig, allow_row_drop: bool = False, allow_missing_columns: bool = False) -> WritePolicy:
     """How a landing treats a shrinking partition and dropped columns: the config's guard, and what the user allows."""
-    return WritePolicy(max_row_drop_fraction=cfg.data.max_row_drop_fraction, allow_row_drop=allow_row_drop,
-                       allow_missing_columns=allow_missing_columns)
+    return WritePolicy(
+        max_row_drop_fraction=cfg.data.max_row_drop_fraction,
+        allow_row_drop=allow_row_drop,
+        allow_missing_columns=allow_missing_columns,
+    )
 
 
-def land_bronze(spark: SparkSession, cfg: GemConfig, paths: GemPaths, table: str, ds: date | None = None,
-                policy: WritePolicy | None = None, holder: str = "") -> Landing:
+def land_bronze(
+    spark: SparkSession,
+    cfg: GemConfig,
+    paths: GemPaths,
+    table: str,
+    ds: date | None = None,
+    policy: WritePolicy | None = None,
+    holder: str = "",
+) -> Landing:
     """Land the source's raw rows for `table` (and day `ds`) in bronze, quarantining malformed ones.
 
     `policy` defaults to `landing_policy(cfg)`; `holder` names the run in the landing's lock and journal.
     """
     paths.claim_source(cfg.data.source)
-    return land(RAW[table](build_source(spark, cfg), ds), table, paths, cfg.world.surfaces, ds,
-                policy=policy or landing_policy(cfg), holder=holder)
+    return land(
+        RAW[table](build_source(spark, cfg), ds),
+        table,
+        paths,
+        cfg.world.surfaces,
+        ds,
+        policy=policy or landing_policy(cfg),
+        holder=holder,
+    )
 
 
 def _event_days(cfg: GemConfig, ds: date) -> list[str]:
@@ -82,8 +104,13 @@ def _inputs(cfg: GemConfig, table: str, ds: date | None) -> dict[str, list[str]]
     sequences = {"bronze.events": _event_days(cfg, ds), "silver.ad_features": [WHOLE_TABLE]}
     if table == "gold.user_sequences":
         return sequences
-    return {"bronze.impressions": [ds.isoformat()], **sequences, "bronze.users": [WHOLE_TABLE],
-            "bronze.ads": [WHOLE_TABLE], "silver.user_features": [WHOLE_TABLE]}
+    return {
+        "bronze.impressions": [ds.isoformat()],
+        **sequences,
+        "bronze.users": [WHOLE_TABLE],
+        "bronze.ads": [WHOLE_TABLE],
+        "silver.user_features": [WHOLE_TABLE],
+    }
 
 
 def require_inputs(cfg: GemConfig, paths: GemPaths, table: str, ds: date | None = None) -> dict[str, int]:
@@ -97,14 +124,17 @@ def require_inputs(cfg: GemConfig, paths: GemPaths, table: str, ds: date | None 
     for source, partitions in _inputs(cfg, table, ds).items():
         if source.startswith("silver."):
             if not (paths.table(source) / "_delta_log").is_dir():
-                raise MissingInputError(f"cannot build {what}: its input {source} does not exist; materialise "
-                                        f"{_asset(source)} first ({BUILT_BY[source]}); nothing was written")
+                raise MissingInputError(
+                    f"cannot build {what}: its input {source} does not exist; materialise "
+                    f"{_asset(source)} first ({BUILT_BY[source]}); nothing was written"
+                )
             continue
         try:
             landed = require_landed(paths, source, partitions)
         except MissingLandingError as missing:
-            window = (f" (its sequences look back {cfg.features.lookback_days} days)" if source == "bronze.events"
-                      else "")
+            window = (
+                f" (its sequences look back {cfg.features.lookback_days} days)" if source == "bronze.events" else ""
+            )
             days = "" if missing.partitions == [WHOLE_TABLE] else " for " + ", ".join(missing.partitions)
             raise MissingInputError(
                 f"cannot build {what}: {missing}{window}. Land {'them' if len(missing.partitions) > 1 else 'it'} "
@@ -142,16 +172,23 @@ def _replace_day(df: DataFrame, cfg: GemConfig, paths: GemPaths, table: str, ds:
 
 def build_user_sequences(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
     require_inputs(cfg, paths, "gold.user_sequences", ds)
-    df = tables.user_sequences(read_table(spark, paths.table("bronze.events")),
-                               read_table(spark, paths.table("silver.ad_features")), cfg.features, ds)
+    df = tables.user_sequences(
+        read_table(spark, paths.table("bronze.events")),
+        read_table(spark, paths.table("silver.ad_features")),
+        cfg.features,
+        ds,
+    )
     return _replace_day(df, cfg, paths, "gold.user_sequences", ds)
 
 
 def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
     require_inputs(cfg, paths, "gold.training_examples", ds)
     df = tables.training_examples(
-        read_table(spark, paths.table("bronze.impressions")), read_table(spark, paths.table("bronze.events")),
-        read_table(spark, paths.table("silver.user_features")), read_table(spark, paths.table("silver.ad_features")),
-        cfg.features, ds,
+        read_table(spark, paths.table("bronze.impressions")),
+        read_table(spark, paths.table("bronze.events")),
+        read_table(spark, paths.table("silver.user_features")),
+        read_table(spark, paths.table("silver.ad_features")),
+        cfg.features,
+        ds,
     )
     return _replace_day(df, cfg, paths, "gold.training_examples", ds)

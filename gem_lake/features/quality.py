@@ -34,20 +34,32 @@ def sequence_stats(df: DataFrame, max_seq_len: int, as_of: str | None = "ts") ->
     With `as_of=None` (user sequences as of the end of a day) only order and length are checked.
     """
     leak = F.exists("seq_ts", lambda t: t >= F.col(as_of)) if as_of else F.lit(False)
-    row = df.select(
-        leak.alias("leak"),
-        (F.col("seq_ts") != F.sort_array("seq_ts", asc=False)).alias("unordered"),
-        (F.size("seq_ts") > max_seq_len).alias("too_long"),
-        F.size("seq_ts").alias("length"),
-    ).agg(
-        F.count(F.lit(1)).alias("rows"),
-        *[F.sum(F.col(c).cast("long")).alias(c) for c in ("leak", "unordered", "too_long")],
-        F.percentile_approx("length", [0.5, 0.9, 0.99]).alias("pct"),
-        F.max("length").alias("max_len"),
-    ).first()
+    row = (
+        df.select(
+            leak.alias("leak"),
+            (F.col("seq_ts") != F.sort_array("seq_ts", asc=False)).alias("unordered"),
+            (F.size("seq_ts") > max_seq_len).alias("too_long"),
+            F.size("seq_ts").alias("length"),
+        )
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.col(c).cast("long")).alias(c) for c in ("leak", "unordered", "too_long")],
+            F.percentile_approx("length", [0.5, 0.9, 0.99]).alias("pct"),
+            F.max("length").alias("max_len"),
+        )
+        .first()
+    )
     pct = row["pct"] or [0, 0, 0]
-    return SequenceStats(int(row["rows"]), int(row["leak"] or 0), int(row["unordered"] or 0),
-                         int(row["too_long"] or 0), int(pct[0]), int(pct[1]), int(pct[2]), int(row["max_len"] or 0))
+    return SequenceStats(
+        int(row["rows"]),
+        int(row["leak"] or 0),
+        int(row["unordered"] or 0),
+        int(row["too_long"] or 0),
+        int(pct[0]),
+        int(pct[1]),
+        int(pct[2]),
+        int(row["max_len"] or 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -65,11 +77,16 @@ class SurfaceLabels:
 
 def label_rates(df: DataFrame) -> list[SurfaceLabels]:
     """Click and conversion rate per surface."""
-    rows = df.groupBy("surface").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.avg(F.col("clicked").cast("double")).alias("ctr"),
-        F.avg(F.col("converted").cast("double")).alias("cvr"),
-    ).orderBy("surface").collect()
+    rows = (
+        df.groupBy("surface")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.avg(F.col("clicked").cast("double")).alias("ctr"),
+            F.avg(F.col("converted").cast("double")).alias("cvr"),
+        )
+        .orderBy("surface")
+        .collect()
+    )
     return [SurfaceLabels(r["surface"], int(r["rows"]), float(r["ctr"]), float(r["cvr"])) for r in rows]
 
 

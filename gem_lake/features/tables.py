@@ -47,11 +47,16 @@ def embedding_row(col: Column, feature: SparseFeature) -> Column:
 
 def require_integral(df: DataFrame, features: tuple[SparseFeature, ...]) -> None:
     """A ConfigError naming each `modulo` feature whose column holds no integers (pmod would make them null)."""
-    wrong = {f.name: df.schema[f.name].dataType.simpleString() for f in features
-             if f.encoding == "modulo" and not isinstance(df.schema[f.name].dataType, IntegralType)}
+    wrong = {
+        f.name: df.schema[f.name].dataType.simpleString()
+        for f in features
+        if f.encoding == "modulo" and not isinstance(df.schema[f.name].dataType, IntegralType)
+    }
     if wrong:
-        raise ConfigError(f"features.features: {wrong} use encoding 'modulo', which maps integer ids; give these "
-                          "columns integer values or set their encoding to 'hash'")
+        raise ConfigError(
+            f"features.features: {wrong} use encoding 'modulo', which maps integer ids; give these "
+            "columns integer values or set their encoding to 'hash'"
+        )
 
 
 # Where each side's feature values come from, for the error that names a missing one.
@@ -66,7 +71,8 @@ def require_features(df: DataFrame, spec: FeatureSpec, side: str) -> None:
         raise ConfigError(
             f"features.features: {side} feature(s) {missing} have no column in {SIDE_TABLES[side]} "
             f"(data source's columns not yet used as features: {own}); name one of those, or add the column "
-            "to the source (a mapping's `features` lists, docs/datasets.md), or drop the feature")
+            "to the source (a mapping's `features` lists, docs/datasets.md), or drop the feature"
+        )
 
 
 def with_feature_indices(df: DataFrame, spec: FeatureSpec, *sides: str) -> DataFrame:
@@ -127,8 +133,10 @@ def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list
         F.transform(items, lambda x: embedding_row(x, table)).alias(spec.sequence_idx_column),
         F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
         F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
-        *(F.transform(recent, _field_row(spec.by_name(name))).alias(column)
-          for name, column in spec.sequence_attribute_columns.items()),
+        *(
+            F.transform(recent, _field_row(spec.by_name(name))).alias(column)
+            for name, column in spec.sequence_attribute_columns.items()
+        ),
     ]
 
 
@@ -148,8 +156,9 @@ def _attributes(df: DataFrame, key: str, spec: FeatureSpec, side: str) -> DataFr
     return df.select(key, *[f.name for f in spec.side(side) if f.name != key])
 
 
-def training_examples(impressions: DataFrame, events: DataFrame, users: DataFrame, ads: DataFrame,
-                      spec: FeatureSpec, ds: date) -> DataFrame:
+def training_examples(
+    impressions: DataFrame, events: DataFrame, users: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date
+) -> DataFrame:
     """gold.training_examples for `ds`: impressions joined with user/ad attributes and sequences.
 
     Impression columns (a dataset's extras included) are kept, with `hour_of_day` derived from `ts` (a context
@@ -167,6 +176,8 @@ def training_examples(impressions: DataFrame, events: DataFrame, users: DataFram
     before = F.filter(F.coalesce(F.col("history"), F.array()), lambda e: e["ts"] < F.col("ts"))
     attributes = [f.name for f in spec.features if f.side != "context" and f.name not in ("user_id", "ad_id")]
     with_seq = joined.select(
-        *imps.columns, *attributes, *_sequence_columns(before, spec, F.col("ts")),
+        *imps.columns,
+        *attributes,
+        *_sequence_columns(before, spec, F.col("ts")),
     )
     return with_feature_indices(with_seq, spec, "user", "ad", "context")

@@ -38,8 +38,9 @@ def load(spark: SparkSession, path: Path, layout: TextFile) -> DataFrame:
     return spark.read.parquet(str(path))
 
 
-def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tuple[int, TextFile]],
-                  layout: TextFile) -> DataFrame:
+def numbered_rows(
+    spark: SparkSession, folder: Path, source: str, files: list[tuple[int, TextFile]], layout: TextFile
+) -> DataFrame:
     """Rows of the columnar `files` ((place, TextFile) of one layout), typed and checked, with the columns
     `lines._parse` gives text lines (`_file`, `_row`, `impression_id`, `_source_file`, `_number`, `_raw`,
     `_error`, `_key`, `_duplicate_reason`)."""
@@ -54,11 +55,16 @@ def numbered_rows(spark: SparkSession, folder: Path, source: str, files: list[tu
         number = F.row_number().over(Window.orderBy(*order)).cast("bigint")
         rows = df.select(*declared, number.alias("_number"))
         row = F.col("_number") - 1
-        parts.append(rows.select(
-            "*", F.lit(place).alias("_file"), row.alias("_row"),
-            F.lit(f"{folder.name}/{table.name}").alias("_source_file"),
-            F.concat(F.lit(f"{source}-{Path(table.name).stem}-"), row.cast("string")).alias("impression_id"),
-            F.lit(table.name if table.key else "").alias("_scope")))
+        parts.append(
+            rows.select(
+                "*",
+                F.lit(place).alias("_file"),
+                row.alias("_row"),
+                F.lit(f"{folder.name}/{table.name}").alias("_source_file"),
+                F.concat(F.lit(f"{source}-{Path(table.name).stem}-"), row.cast("string")).alias("impression_id"),
+                F.lit(table.name if table.key else "").alias("_scope"),
+            )
+        )
     return _checked(reduce(DataFrame.unionByName, parts), layout)
 
 
@@ -68,8 +74,9 @@ def _checked(rows: DataFrame, layout: TextFile) -> DataFrame:
     for f in layout.fields:
         value = F.col(f.name)
         if f.name in layout.labels:
-            failures.append((value.isNull() | ~value.cast("string").isin(*layout.label_values),
-                             f"invalid_label_{f.name}"))
+            failures.append(
+                (value.isNull() | ~value.cast("string").isin(*layout.label_values), f"invalid_label_{f.name}")
+            )
         elif f.type != "string":
             failures.append((value.isNotNull() & _typed(value, f.type).isNull(), f"unparsable_{f.name}"))
     error = F.lit(None).cast("string")
@@ -84,8 +91,17 @@ def _checked(rows: DataFrame, layout: TextFile) -> DataFrame:
         key_value = F.col("_raw")
     key = F.struct(F.col("_scope").alias("scope"), key_value.alias("value"))
     return with_checks.select(
-        *typed, "_file", "_row", "impression_id", "_source_file", "_number", "_raw", "_error", key.alias("_key"),
-        F.lit(layout.duplicate_reason).alias("_duplicate_reason"))
+        *typed,
+        "_file",
+        "_row",
+        "impression_id",
+        "_source_file",
+        "_number",
+        "_raw",
+        "_error",
+        key.alias("_key"),
+        F.lit(layout.duplicate_reason).alias("_duplicate_reason"),
+    )
 
 
 def _typed(value: Column, kind: str) -> Column:

@@ -33,10 +33,16 @@ CATEGORICAL = tuple(f"c{i}" for i in range(1, 27))
 _FEATURES = (*[Field(c, "double") for c in INTEGER], *[Field(c, "string") for c in CATEGORICAL])
 _HEADER = (*[c.upper() for c in INTEGER], *[c.upper() for c in CATEGORICAL])
 FILES = (  # fun-rec first: see the module docstring
-    TextFile("funrec_kaggle_train.csv", (Field("id", "bigint"), Field("label", "int"), *_FEATURES),
-             header=("Id", "Label", *_HEADER), labels=("label",), key=("id",)),
-    TextFile("deepctr_criteo_sample.csv", (Field("label", "int"), *_FEATURES), header=("label", *_HEADER),
-             labels=("label",)),
+    TextFile(
+        "funrec_kaggle_train.csv",
+        (Field("id", "bigint"), Field("label", "int"), *_FEATURES),
+        header=("Id", "Label", *_HEADER),
+        labels=("label",),
+        key=("id",),
+    ),
+    TextFile(
+        "deepctr_criteo_sample.csv", (Field("label", "int"), *_FEATURES), header=("label", *_HEADER), labels=("label",)
+    ),
 )
 USER_FIELDS = ("c15", "c2", "c14", "c18")
 AD_FIELDS = ("c3", "c4", "c12", "c16", "c21", "c24")
@@ -61,11 +67,21 @@ class Source:
     def impressions(self, ds: date) -> DataFrame:
         """bronze.impressions (raw) of day `ds`, with Kaggle `id`, I1..I13 and C1..C26 as extras."""
         return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
-            "impression_id", "ts", "ds", "user_id", "ad_id", F.lit(SURFACE).alias("surface"),
-            F.lit(None).cast("int").alias("position"), (F.col("label") == 1).alias("clicked"),
-            F.lit(False).alias("converted"), F.lit(None).cast("double").alias("p_click"),
-            F.lit(None).cast("double").alias("p_convert"), "id",
-            *[F.col(c).try_cast("bigint").alias(c) for c in INTEGER], *CATEGORICAL, LINE_COLUMN,
+            "impression_id",
+            "ts",
+            "ds",
+            "user_id",
+            "ad_id",
+            F.lit(SURFACE).alias("surface"),
+            F.lit(None).cast("int").alias("position"),
+            (F.col("label") == 1).alias("clicked"),
+            F.lit(False).alias("converted"),
+            F.lit(None).cast("double").alias("p_click"),
+            F.lit(None).cast("double").alias("p_convert"),
+            "id",
+            *[F.col(c).try_cast("bigint").alias(c) for c in INTEGER],
+            *CATEGORICAL,
+            LINE_COLUMN,
         )
 
     def events(self, ds: date) -> DataFrame:
@@ -75,16 +91,24 @@ class Source:
     def users(self) -> DataFrame:
         """bronze.users: one row per C15 value with its chain's fields from its earliest row."""
         return self._first("user_id", USER_FIELDS).select(
-            "user_id", *[F.lit(None).cast("string").alias(c) for c in ("age_bucket", "country", "device")], "f.*")
+            "user_id", *[F.lit(None).cast("string").alias(c) for c in ("age_bucket", "country", "device")], "f.*"
+        )
 
     def ads(self) -> DataFrame:
         """bronze.ads: one row per C3 value with its chain's fields (semantics undisclosed: no advertiser, category)."""
         return self._first("ad_id", AD_FIELDS).select(
-            "ad_id", F.lit(None).cast("bigint").alias("advertiser_id"), F.lit(None).cast("bigint").alias("category"),
-            F.lit(None).cast("string").alias("ad_format"), F.lit(None).cast("string").alias("objective"), "f.*",
+            "ad_id",
+            F.lit(None).cast("bigint").alias("advertiser_id"),
+            F.lit(None).cast("bigint").alias("category"),
+            F.lit(None).cast("string").alias("ad_format"),
+            F.lit(None).cast("string").alias("objective"),
+            "f.*",
         )
 
     def _first(self, key: str, fields: tuple[str, ...]) -> DataFrame:
         """Per `key`, `fields` (as struct `f`) from its earliest parsed row in layout order."""
-        return self._rows.where(parsed()).groupBy(key).agg(
-            F.min_by(F.struct(*fields), F.struct("_file", "id", "_row")).alias("f"))
+        return (
+            self._rows.where(parsed())
+            .groupBy(key)
+            .agg(F.min_by(F.struct(*fields), F.struct("_file", "id", "_row")).alias("f"))
+        )

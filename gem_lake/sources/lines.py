@@ -63,15 +63,22 @@ def check_columns(spark: SparkSession, path: Path, table: TextFile, quote: bool 
     """Raise `SourceFormatError` unless the columnar input at `path` exists and has every declared column;
     the columns it has are listed only when `quote` (the input lies inside the data root)."""
     if not path.exists():
-        raise SourceFormatError(f"{path} does not exist; point the mapping's files at an existing {table.format} "
-                                f"{'table' if table.format == 'delta' else 'file or folder'}")
+        raise SourceFormatError(
+            f"{path} does not exist; point the mapping's files at an existing {table.format} "
+            f"{'table' if table.format == 'delta' else 'file or folder'}"
+        )
     found = columnar.load(spark, path, table).columns  # the footer or the log only
     missing = [f.name for f in table.fields if f.name not in found]
     if missing:
-        has = f"its columns are {found}" if quote else \
-            f"it has {len(found)} columns (not listed: it lies outside the data root)"
-        raise SourceFormatError(f"{path}: the {table.format} input lacks column(s) {missing}: the format changed "
-                                f"and nothing landed; {has}: map those, or restore these")
+        has = (
+            f"its columns are {found}"
+            if quote
+            else f"it has {len(found)} columns (not listed: it lies outside the data root)"
+        )
+        raise SourceFormatError(
+            f"{path}: the {table.format} input lacks column(s) {missing}: the format changed "
+            f"and nothing landed; {has}: map those, or restore these"
+        )
 
 
 def check_header(path: Path, text_file: TextFile, quote: bool = True) -> None:
@@ -83,13 +90,18 @@ def check_header(path: Path, text_file: TextFile, quote: bool = True) -> None:
     try:
         found = tuple(next(csv.reader([first], delimiter=text_file.separator), []))
     except csv.Error as e:  # e.g. a field over the csv module's limit: no header of this layout
-        raise SourceFormatError(f"{path}: line 1, the header, is not a delimited line ({e}); the file's format "
-                                "changed and nothing was landed; restore the file") from None
+        raise SourceFormatError(
+            f"{path}: line 1, the header, is not a delimited line ({e}); the file's format "
+            "changed and nothing was landed; restore the file"
+        ) from None
     if found != text_file.header:
         missing = [c for c in text_file.header if c not in found]
         unexpected = [c for c in found if c not in text_file.header]
-        seen = f"{list(found)} (missing {missing}, unexpected {unexpected})" if quote else \
-            f"(not quoted: the file lies outside the data root; missing {missing})"
+        seen = (
+            f"{list(found)} (missing {missing}, unexpected {unexpected})"
+            if quote
+            else f"(not quoted: the file lies outside the data root; missing {missing})"
+        )
         raise SourceFormatError(
             f"{path}: the header is not the one this adapter reads, so the file's format changed and nothing was "
             f"landed; expected {len(text_file.header)} columns {list(text_file.header)}, found {len(found)} "
@@ -104,13 +116,16 @@ def _first_line(path: Path) -> bytes:
         head = fh.read(MAX_HEADER_BYTES + 1)
     end = re.search(rb"[\r\n]", head)
     if end is None and len(head) > MAX_HEADER_BYTES:
-        raise SourceFormatError(f"{path}: line 1, the header, runs past {MAX_HEADER_BYTES} bytes without a line "
-                                "end; this is no delimited text file: point at the right file")
+        raise SourceFormatError(
+            f"{path}: line 1, the header, runs past {MAX_HEADER_BYTES} bytes without a line "
+            "end; this is no delimited text file: point at the right file"
+        )
     return head if end is None else head[: end.start()]
 
 
-def read_text_files(spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile],
-                    root: Path | None = None) -> DataFrame:
+def read_text_files(
+    spark: SparkSession, folder: Path, source: str, files: Sequence[TextFile], root: Path | None = None
+) -> DataFrame:
     """Every data line of `files` (in that order) under `folder`, strictly parsed (module docstring).
 
     Columns: each file's fields (united by name; a column a file lacks is null), `_file` (place in
@@ -131,8 +146,13 @@ def read_text_files(spark: SparkSession, folder: Path, source: str, files: Seque
             check_header(path, text_file, quote)
         else:
             check_columns(spark, path, text_file, quote)
-    key = _ParseKey(spark.sparkContext.applicationId, str(folder), source, tuple(files),
-                    tuple(_stamp(folder / f.name) for f in files))
+    key = _ParseKey(
+        spark.sparkContext.applicationId,
+        str(folder),
+        source,
+        tuple(files),
+        tuple(_stamp(folder / f.name) for f in files),
+    )
     if key not in _PARSED:
         for stale in [k for k in _PARSED if k.same_files_as(key)]:
             _PARSED.pop(stale).unpersist()  # the files changed
@@ -168,8 +188,12 @@ def _parse_files(spark: SparkSession, folder: Path, source: str, files: Sequence
     layouts: dict[TextFile, list[tuple[int, TextFile]]] = {}
     for i, text_file in enumerate(files):
         layouts.setdefault(dataclasses.replace(text_file, name=""), []).append((i, text_file))
-    parts = [_parse(_numbered_lines(spark, folder, source, group), layout) if layout.format == "text"
-             else columnar.numbered_rows(spark, folder, source, group, layout) for layout, group in layouts.items()]
+    parts = [
+        _parse(_numbered_lines(spark, folder, source, group), layout)
+        if layout.format == "text"
+        else columnar.numbered_rows(spark, folder, source, group, layout)
+        for layout, group in layouts.items()
+    ]
     rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     return _flag_duplicates(rows)
 
@@ -181,17 +205,29 @@ def _numbered_lines(spark: SparkSession, folder: Path, source: str, files: list[
 
     Scan partitions keep a file's lines in order, so the monotonic id numbers them.
     """
-    scans = [spark.read.text(str(folder / f.name)).select(
-        "value", F.lit(i).alias("_file"), F.lit(f"{folder.name}/{f.name}").alias("_source_file"),
-        F.lit(f"{source}-{Path(f.name).stem}-").alias("_prefix"), F.lit(f.name if f.key else "").alias("_scope"))
-        for i, f in files]
+    scans = [
+        spark.read.text(str(folder / f.name)).select(
+            "value",
+            F.lit(i).alias("_file"),
+            F.lit(f"{folder.name}/{f.name}").alias("_source_file"),
+            F.lit(f"{source}-{Path(f.name).stem}-").alias("_prefix"),
+            F.lit(f.name if f.key else "").alias("_scope"),
+        )
+        for i, f in files
+    ]
     first_data_line = 1 if files[0][1].header is None else 2
     number = F.row_number().over(Window.partitionBy("_file").orderBy(F.monotonically_increasing_id()))
     lines = reduce(DataFrame.unionByName, scans).select("*", number.cast("bigint").alias("_number"))
     row = F.col("_number") - first_data_line
     return lines.where(F.col("_number") >= first_data_line).select(
-        "value", "_file", "_number", row.alias("_row"), "_source_file", "_scope",
-        F.concat("_prefix", row.cast("string")).alias("impression_id"))
+        "value",
+        "_file",
+        "_number",
+        row.alias("_row"),
+        "_source_file",
+        "_scope",
+        F.concat("_prefix", row.cast("string")).alias("impression_id"),
+    )
 
 
 def _csv_schema(n_fields: int) -> str:
@@ -236,11 +272,13 @@ def _field_sql(layout: TextFile) -> tuple[list[str], list[str]]:
             columns.append(f"{_typed(token, field.type, layout.timestamp_format)} AS {name}")
             if field.name in layout.labels:
                 allowed = ", ".join(map(_string, layout.label_values))
-                failures.append(f"WHEN {token} IS NULL OR {token} NOT IN ({allowed}) "
-                                f"THEN {_string(f'invalid_label_{field.name}')}")
+                failures.append(
+                    f"WHEN {token} IS NULL OR {token} NOT IN ({allowed}) THEN {_string(f'invalid_label_{field.name}')}"
+                )
             elif field.type != "string":
-                failures.append(f"WHEN {token} IS NOT NULL AND {name} IS NULL "
-                                f"THEN {_string(f'unparsable_{field.name}')}")
+                failures.append(
+                    f"WHEN {token} IS NOT NULL AND {name} IS NULL THEN {_string(f'unparsable_{field.name}')}"
+                )
         else:
             tokens = "array(" + ", ".join(f"_csv._{i}" for i in range(start, start + field.width)) + ")"
             columns.append(f"transform({tokens}, t -> {_typed('t', field.type, layout.timestamp_format)}) AS {name}")
@@ -260,16 +298,29 @@ def _parse(lines: DataFrame, layout: TextFile) -> DataFrame:
     if layout.encoding != "utf-8":  # the text reader keeps the raw bytes, which this decodes
         lines = lines.withColumn("value", F.decode(F.col("value").cast("binary"), layout.encoding))
     n = _field_count(F.col("value"), layout.separator)
-    structure = (F.when(~F.is_valid_utf8("value"), F.lit("invalid_utf8"))
-                 .when(n < layout.n_fields, F.lit("too_few_fields"))
-                 .when(n > layout.n_fields, F.lit("too_many_fields")))
+    structure = (
+        F.when(~F.is_valid_utf8("value"), F.lit("invalid_utf8"))
+        .when(n < layout.n_fields, F.lit("too_few_fields"))
+        .when(n > layout.n_fields, F.lit("too_many_fields"))
+    )
     checked = lines.select("*", structure.alias("_structure"))
-    csv_fields = F.when(F.col("_structure").isNull(),
-                        F.from_csv("value", _csv_schema(layout.n_fields), {"sep": layout.separator}))
+    csv_fields = F.when(
+        F.col("_structure").isNull(), F.from_csv("value", _csv_schema(layout.n_fields), {"sep": layout.separator})
+    )
     checked = checked.select("*", csv_fields.alias("_csv"))
     columns, failures = _field_sql(layout)
-    typed = checked.selectExpr(*columns, "_file", "_row", "impression_id", "_source_file", "_number", "_scope",
-                               "_csv", "_structure", "make_valid_utf8(value) AS _raw")
+    typed = checked.selectExpr(
+        *columns,
+        "_file",
+        "_row",
+        "impression_id",
+        "_source_file",
+        "_number",
+        "_scope",
+        "_csv",
+        "_structure",
+        "make_valid_utf8(value) AS _raw",
+    )
     field_error = F.expr(f"CASE {' '.join(failures)} END") if failures else F.lit(None).cast("string")
     if layout.key:  # a key column left empty identifies nothing, so it is never a duplicate
         known = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in layout.key])
@@ -278,7 +329,8 @@ def _parse(lines: DataFrame, layout: TextFile) -> DataFrame:
         key = F.struct(F.col("_scope").alias("scope"), F.col("_raw").alias("value"))
     return typed.select(
         *[c for c in typed.columns if c not in ("_csv", "_structure", "_scope")],
-        F.coalesce(F.col("_structure"), field_error).alias("_error"), key.alias("_key"),
+        F.coalesce(F.col("_structure"), field_error).alias("_error"),
+        key.alias("_key"),
         F.lit(layout.duplicate_reason).alias("_duplicate_reason"),
     )
 
@@ -288,7 +340,11 @@ def _flag_duplicates(rows: DataFrame) -> DataFrame:
     first = Window.partitionBy("_key", F.col("_error").isNull()).orderBy("_file", "_number")
     repeated = F.col("_error").isNull() & F.col("_key.value").isNotNull() & (F.row_number().over(first) > 1)
     error = F.when(repeated, F.col("_duplicate_reason")).otherwise(F.col("_error"))
-    line = F.struct(F.col("_source_file").alias("file"), F.col("_number").alias("number"),
-                    F.col("_raw").alias("raw"), error.alias("error"))
+    line = F.struct(
+        F.col("_source_file").alias("file"),
+        F.col("_number").alias("number"),
+        F.col("_raw").alias("raw"),
+        error.alias("error"),
+    )
     internal = {"_source_file", "_number", "_raw", "_error", "_key", "_duplicate_reason"}
     return rows.select(*[c for c in rows.columns if c not in internal], line.alias(LINE_COLUMN))

@@ -39,8 +39,10 @@ def mapping_of(cfg: GemConfig, datasets: Path | None) -> tuple[SourceMapping, Pa
     if cfg.data.source != "mapping":
         path, root = BUILT_IN / f"{cfg.data.source}.yaml", datasets or data_dir(cfg)
     elif not cfg.data.mapping:
-        raise ConfigError("data.source='mapping' needs the mapping file: set data.mapping or GEM_SOURCE_MAPPING "
-                          "(docs/datasets.md has a complete example)")
+        raise ConfigError(
+            "data.source='mapping' needs the mapping file: set data.mapping or GEM_SOURCE_MAPPING "
+            "(docs/datasets.md has a complete example)"
+        )
     else:
         path = Path(cfg.data.mapping).expanduser().resolve()
         root = path.parent
@@ -52,12 +54,17 @@ class Source:
     def __init__(self, spark: SparkSession, cfg: GemConfig, root: Path | None) -> None:
         self.spark, self.world = spark, cfg.world
         self.mapping, self.root, self.folder = mapping_of(cfg, root)
-        surfaces = [self.mapping.surface.constant] if self.mapping.surface.constant else \
-            [s for _, s in self.mapping.surface.values]
+        surfaces = (
+            [self.mapping.surface.constant]
+            if self.mapping.surface.constant
+            else [s for _, s in self.mapping.surface.values]
+        )
         unknown = sorted(set(surfaces) - set(cfg.world.surfaces))
         if unknown:
-            raise ConfigError(f"source mapping {self.mapping.name!r}: surface {unknown} is not one of world.surfaces "
-                              f"{list(cfg.world.surfaces)}; map the codes onto those (or add the surface there)")
+            raise ConfigError(
+                f"source mapping {self.mapping.name!r}: surface {unknown} is not one of world.surfaces "
+                f"{list(cfg.world.surfaces)}; map the codes onto those (or add the surface there)"
+            )
 
     @cached_property
     def _rows(self) -> DataFrame:
@@ -76,7 +83,8 @@ class Source:
         held = F.col("_file").isin(*[m.files.index(f) for f in m.holdout_files])
         train_days = world.n_days - world.holdout_days
         return spread_over_days(self._rows.where(~held), order, world, 0, train_days).unionByName(
-            spread_over_days(self._rows.where(held), order, world, train_days, world.holdout_days))
+            spread_over_days(self._rows.where(held), order, world, train_days, world.holdout_days)
+        )
 
     @cached_property
     def _with_events(self) -> DataFrame:
@@ -84,10 +92,12 @@ class Source:
         time order (ties: impressions first, then file order), so both keep their real order on one calendar."""
         m, events = self.mapping, self.mapping.events
         event_rows = read_text_files(self.spark, self.folder, m.name, [events.file], self.root)
-        imps = self._rows.select(F.struct("*").alias("_imp"), F.col(m.order_by).alias("_t"), F.lit(0).alias("_kind"),
-                                 "_file", "_row")
-        evts = event_rows.select(F.struct("*").alias("_evt"), F.col(events.order_by).alias("_t"),
-                                 F.lit(1).alias("_kind"), "_file", "_row")
+        imps = self._rows.select(
+            F.struct("*").alias("_imp"), F.col(m.order_by).alias("_t"), F.lit(0).alias("_kind"), "_file", "_row"
+        )
+        evts = event_rows.select(
+            F.struct("*").alias("_evt"), F.col(events.order_by).alias("_t"), F.lit(1).alias("_kind"), "_file", "_row"
+        )
         together = imps.unionByName(evts, allowMissingColumns=True)
         return spread_over_days(together, [F.col("_t"), F.col("_kind"), F.col("_file"), F.col("_row")], self.world)
 
@@ -100,11 +110,20 @@ class Source:
         surface, source_surface = _surface(m.surface)
         converted = _positive(m.converted) if m.converted else F.lit(False)
         return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
-            "impression_id", "ts", "ds", self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("ad_id"),
-            surface.alias("surface"), F.lit(None).cast("int").alias("position"),
-            _positive(m.clicked).alias("clicked"), converted.alias("converted"),
-            F.lit(None).cast("double").alias("p_click"), F.lit(None).cast("double").alias("p_convert"),
-            source_surface.alias("source_surface"), *[F.col(c).alias(n) for n, c in m.features], LINE_COLUMN,
+            "impression_id",
+            "ts",
+            "ds",
+            self._id(m.user_id).alias("user_id"),
+            self._id(m.ad_id).alias("ad_id"),
+            surface.alias("surface"),
+            F.lit(None).cast("int").alias("position"),
+            _positive(m.clicked).alias("clicked"),
+            converted.alias("converted"),
+            F.lit(None).cast("double").alias("p_click"),
+            F.lit(None).cast("double").alias("p_convert"),
+            source_surface.alias("source_surface"),
+            *[F.col(c).alias(n) for n, c in m.features],
+            LINE_COLUMN,
         )
 
     def events(self, ds: date) -> DataFrame:
@@ -119,17 +138,30 @@ class Source:
         rows = self._laid_out.where((F.col("ds") == F.lit(ds)) & parsed())
         if events.rows == "clicks":
             rows = rows.where(_positive(m.clicked))
-        return rows.select(self._id(m.user_id).alias("user_id"), self._id(m.ad_id).alias("item_id"),
-                           _action(events).alias("action"), _surface(m.surface)[0].alias("surface"), "ts", "ds")
+        return rows.select(
+            self._id(m.user_id).alias("user_id"),
+            self._id(m.ad_id).alias("item_id"),
+            _action(events).alias("action"),
+            _surface(m.surface)[0].alias("surface"),
+            "ts",
+            "ds",
+        )
 
     def _file_events(self, ds: date) -> DataFrame:
         events = self.mapping.events
         rows = self._with_events.where(F.col("_evt").isNotNull() & (F.col("ds") == F.lit(ds))).select(
-            "_evt.*", "ts", "ds")
+            "_evt.*", "ts", "ds"
+        )
         surface = _surface(events.surface or self.mapping.surface)[0]
-        return rows.select(_id(events.file, events.user).alias("user_id"),
-                           _id(events.file, events.item).alias("item_id"), _action(events).alias("action"),
-                           surface.alias("surface"), "ts", "ds", LINE_COLUMN)
+        return rows.select(
+            _id(events.file, events.user).alias("user_id"),
+            _id(events.file, events.item).alias("item_id"),
+            _action(events).alias("action"),
+            surface.alias("surface"),
+            "ts",
+            "ds",
+            LINE_COLUMN,
+        )
 
     def users(self) -> DataFrame:
         """bronze.users: from the users' own file, else each user's earliest parsed impression row."""
@@ -139,22 +171,24 @@ class Source:
         """bronze.ads: from the ads' own file, else each ad's earliest parsed impression row."""
         return self._dimension(self.mapping.ads, self.mapping.ad_id, "ad_id", contract.AD_ATTRIBUTES)
 
-    def _dimension(self, dimension: Dimension, id_columns: tuple[str, ...], key: str,
-                   contract_columns: tuple[contract.Column, ...]) -> DataFrame:
+    def _dimension(
+        self, dimension: Dimension, id_columns: tuple[str, ...], key: str, contract_columns: tuple[contract.Column, ...]
+    ) -> DataFrame:
         attributes, features = dimension.attributes, dimension.features
         types = {c.name: c.type for c in contract_columns}
         if dimension.file is not None:  # one row per line of its own file, bad lines to the quarantine
             rows = read_text_files(self.spark, self.folder, self.mapping.name, [dimension.file], self.root)
             attribute_columns = [(F.col(c) if c else F.lit(None)).cast(types[a]).alias(a) for a, c in attributes]
-            return rows.select(_id(dimension.file, dimension.id).alias(key), *attribute_columns, *features,
-                               LINE_COLUMN)
+            return rows.select(_id(dimension.file, dimension.id).alias(key), *attribute_columns, *features, LINE_COLUMN)
         values = [F.col(c).alias(a) for a, c in attributes if c] + [F.col(f) for f in features]
         rows = self._rows.where(parsed()).select(self._id(id_columns).alias(key), "_file", "_row", *values)
         wanted = [F.lit(0).alias("_"), *[a for a, c in attributes if c], *features]  # a struct needs a field
         first = rows.groupBy(key).agg(F.min_by(F.struct(*wanted), F.struct("_file", "_row")).alias("v"))
-        return first.select(key, *[(F.col(f"v.{a}") if c else F.lit(None)).cast(types[a]).alias(a)
-                                   for a, c in attributes],
-                            *[F.col(f"v.{f}").alias(f) for f in features])
+        return first.select(
+            key,
+            *[(F.col(f"v.{a}") if c else F.lit(None)).cast(types[a]).alias(a) for a, c in attributes],
+            *[F.col(f"v.{f}").alias(f) for f in features],
+        )
 
 
 def _id(layout: TextFile, *columns: str) -> Column:

@@ -61,8 +61,9 @@ ENCODINGS = ("utf-8", "iso-8859-1", "windows-1252")
 NAME = re.compile(r"[a-z0-9_]+")
 # Bronze and gold columns an impression feature must not shadow (it would collide in the examples' join),
 # besides gold's sequence columns (seq_*) and embedding rows (*_idx).
-RESERVED = frozenset((*contract.CONTRACT["bronze.impressions"].columns, "source_surface", *USER_ATTRIBUTES,
-                      *AD_ATTRIBUTES))
+RESERVED = frozenset(
+    (*contract.CONTRACT["bronze.impressions"].columns, "source_surface", *USER_ATTRIBUTES, *AD_ATTRIBUTES)
+)
 
 
 class MappingError(ValueError):
@@ -153,8 +154,9 @@ class _Reader:
     def unknown(self, node: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
         for key in node:
             if key not in allowed:
-                raise self.fail(f"{where}{key}", "is not a key of a source mapping",
-                                f"use one of {list(allowed)} (a typo?)")
+                raise self.fail(
+                    f"{where}{key}", "is not a key of a source mapping", f"use one of {list(allowed)} (a typo?)"
+                )
 
     def strings(self, node: Any, key: str) -> tuple[str, ...]:
         if node is None:
@@ -170,13 +172,17 @@ class _Reader:
             return node
         if isinstance(node, int) and not isinstance(node, bool):
             return str(node)
-        raise self.fail(key, f"{_show(node)} is {_kind(node)}, not text as the file writes it",
-                        'quote it as the file writes it, e.g. "true" or "1.0"')
+        raise self.fail(
+            key,
+            f"{_show(node)} is {_kind(node)}, not text as the file writes it",
+            'quote it as the file writes it, e.g. "true" or "1.0"',
+        )
 
     def column(self, node: Any, key: str, columns: dict[str, str], table: str = "impressions") -> str:
         if not isinstance(node, str) or node not in columns:
-            raise self.fail(key, f"names column {_show(node)}, which `{table}.columns` does not have",
-                            f"use one of {list(columns)}")
+            raise self.fail(
+                key, f"names column {_show(node)}, which `{table}.columns` does not have", f"use one of {list(columns)}"
+            )
         return node
 
 
@@ -187,8 +193,15 @@ def _show(value: Any) -> str:
 
 
 def _kind(value: Any) -> str:
-    for types, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number with a fraction"),
-                        (str, "a string"), (list, "a list"), (dict, "a mapping of keys"), (type(None), "null")):
+    for types, name in (
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a number with a fraction"),
+        (str, "a string"),
+        (list, "a list"),
+        (dict, "a mapping of keys"),
+        (type(None), "null"),
+    ):
         if isinstance(value, types):
             return name
     return f"a {type(value).__name__}"
@@ -201,15 +214,35 @@ def load_mapping(path: Path) -> SourceMapping:
         text = read_document(path)
         root = load_json(text) if path.suffix == ".json" else load_yaml(text)
     except OSError as e:
-        raise MappingError(f"{path}: cannot be read ({e.strerror}); point GEM_SOURCE_MAPPING or "
-                           "data.mapping at an existing mapping file") from None
+        raise MappingError(
+            f"{path}: cannot be read ({e.strerror}); point GEM_SOURCE_MAPPING or "
+            "data.mapping at an existing mapping file"
+        ) from None
     except DocumentError as e:
         raise MappingError(f"{path}: {e}") from None
     if not isinstance(root, dict):  # its kind only: the path may name a file that is no mapping at all
-        raise reader.fail("(top level)", f"is {_kind(root)}, not a mapping of keys",
-                          "write the mapping's keys as `key: value` lines (docs/datasets.md)")
-    reader.unknown(root, ("name", "impressions", "user_id", "ad_id", "surface", "clicked", "converted", "features",
-                          "users", "ads", "events"), "")
+        raise reader.fail(
+            "(top level)",
+            f"is {_kind(root)}, not a mapping of keys",
+            "write the mapping's keys as `key: value` lines (docs/datasets.md)",
+        )
+    reader.unknown(
+        root,
+        (
+            "name",
+            "impressions",
+            "user_id",
+            "ad_id",
+            "surface",
+            "clicked",
+            "converted",
+            "features",
+            "users",
+            "ads",
+            "events",
+        ),
+        "",
+    )
     name = reader.text(reader.required(root, "name", ""), "name")
     if not NAME.fullmatch(name):
         raise reader.fail("name", f"{name!r} is not made of a-z, 0-9 and _", "rename it, e.g. my_logs")
@@ -220,8 +253,11 @@ def load_mapping(path: Path) -> SourceMapping:
         raise reader.fail("impressions.files", "is empty", "list the impression files, oldest first")
     holdout_files = reader.strings(imps.get("holdout_files"), "impressions.holdout_files")
     if not set(holdout_files) < set(files):
-        raise reader.fail("impressions.holdout_files", f"{list(holdout_files)} must be some, not all, of "
-                          f"impressions.files {list(files)}", "name the test split's files (the rest train)")
+        raise reader.fail(
+            "impressions.holdout_files",
+            f"{list(holdout_files)} must be some, not all, of impressions.files {list(files)}",
+            "name the test split's files (the rest train)",
+        )
     columns = _columns(reader, reader.required(imps, "columns", "impressions."), "impressions.columns")
     order_by = imps.get("order_by")
     if order_by is not None:
@@ -230,19 +266,27 @@ def load_mapping(path: Path) -> SourceMapping:
     clicked = None if clicked_node == "all" else _label(reader, clicked_node, "clicked", columns)
     converted = None if root.get("converted") is None else _label(reader, root["converted"], "converted", columns)
     if clicked is None and converted is None:
-        raise reader.fail("clicked", "is `all` (every row a click) but `converted` is not given",
-                          "a click log needs its conversion label: add `converted: {column: ..., positive: [...], "
-                          "negative: [...]}`")
+        raise reader.fail(
+            "clicked",
+            "is `all` (every row a click) but `converted` is not given",
+            "a click log needs its conversion label: add `converted: {column: ..., positive: [...], negative: [...]}`",
+        )
     layout = _layout(reader, imps, "impressions.", columns, [x for x in (clicked, converted) if x is not None])
     features = _features(reader, root.get("features"), columns)
     surface = _surface(reader, reader.required(root, "surface", ""), columns)
     return SourceMapping(
-        name=name, folder=reader.text(imps.get("folder", ""), "impressions.folder"), layout=layout, files=files,
-        holdout_files=holdout_files, order_by=order_by,
+        name=name,
+        folder=reader.text(imps.get("folder", ""), "impressions.folder"),
+        layout=layout,
+        files=files,
+        holdout_files=holdout_files,
+        order_by=order_by,
         user_id=_id_columns(reader, reader.required(root, "user_id", ""), "user_id", columns),
         ad_id=_id_columns(reader, reader.required(root, "ad_id", ""), "ad_id", columns),
         surface=surface,
-        clicked=clicked, converted=converted, features=features,
+        clicked=clicked,
+        converted=converted,
+        features=features,
         users=_dimension(reader, root.get("users"), "users", USER_ATTRIBUTES, columns),
         ads=_dimension(reader, root.get("ads"), "ads", AD_ATTRIBUTES, columns),
         events=_events(reader, root.get("events"), columns, order_by, holdout_files, surface),
@@ -256,49 +300,76 @@ def _id_columns(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -
     return tuple(reader.column(n, key if len(names) == 1 else f"{key}[{i}]", columns) for i, n in enumerate(names))
 
 
-def _layout(reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str],
-            labels: list[Label]) -> TextFile:
+def _layout(
+    reader: _Reader, node: dict[str, Any], where: str, columns: dict[str, str], labels: list[Label]
+) -> TextFile:
     """What every file of a table holds (its name left empty), from the keys of LAYOUT_KEYS."""
     file_format = str(node.get("format", "text"))
     if file_format not in FORMATS:
-        raise reader.fail(f"{where}format", f"{file_format!r} is not one of {list(FORMATS)}",
-                          "text: delimited files; parquet: Parquet files or folders; delta: Delta tables")
+        raise reader.fail(
+            f"{where}format",
+            f"{file_format!r} is not one of {list(FORMATS)}",
+            "text: delimited files; parquet: Parquet files or folders; delta: Delta tables",
+        )
     version = node.get("version")
     if version is not None and (file_format != "delta" or not isinstance(version, int) or version < 0):
-        raise reader.fail(f"{where}version", f"{version!r} pins no Delta table version",
-                          "give a version number >= 0 of a `format: delta` input, or drop it for the latest")
+        raise reader.fail(
+            f"{where}version",
+            f"{version!r} pins no Delta table version",
+            "give a version number >= 0 of a `format: delta` input, or drop it for the latest",
+        )
     if file_format != "text":
         for k in TEXT_KEYS:
             if k in node:
-                raise reader.fail(f"{where}{k}", f"applies to text files only, not {file_format}",
-                                  f"drop it: a {file_format} input's columns carry their own types")
+                raise reader.fail(
+                    f"{where}{k}",
+                    f"applies to text files only, not {file_format}",
+                    f"drop it: a {file_format} input's columns carry their own types",
+                )
     separator = str(node.get("separator", ","))
     if len(separator) != 1 or separator == '"':
-        raise reader.fail(f"{where}separator", f"{separator!r} is not one character other than a quote",
-                          'use e.g. "," or "\\t" or "|"')
+        raise reader.fail(
+            f"{where}separator",
+            f"{separator!r} is not one character other than a quote",
+            'use e.g. "," or "\\t" or "|"',
+        )
     header = node.get("header", True)
     if isinstance(header, list):  # the file's own names, mapped in order onto `columns`
         header = [reader.text(h, f"{where}header[{i}]") for i, h in enumerate(header)]
         if len(header) != len(columns):
-            raise reader.fail(f"{where}header", f"{_show(header)} does not name each of the {len(columns)} columns "
-                              "once", "list the header line's names in file order, one per entry of `columns`")
+            raise reader.fail(
+                f"{where}header",
+                f"{_show(header)} does not name each of the {len(columns)} columns once",
+                "list the header line's names in file order, one per entry of `columns`",
+            )
     elif not isinstance(header, bool):
-        raise reader.fail(f"{where}header", f"expected true, false or a list of names, found {header!r}",
-                          "true when the first line names the columns; a list when it names them otherwise")
+        raise reader.fail(
+            f"{where}header",
+            f"expected true, false or a list of names, found {header!r}",
+            "true when the first line names the columns; a list when it names them otherwise",
+        )
     key = reader.strings(node.get("key"), f"{where}key")
     for i, k in enumerate(key):
         reader.column(k, f"{where}key[{i}]", columns)
     encoding = str(node.get("encoding", "utf-8")).lower()
     if encoding not in ENCODINGS:
-        raise reader.fail(f"{where}encoding", f"{encoding!r} is not one of {list(ENCODINGS)}",
-                          "name the files' character set (ISO-8859-1 for Latin-1)")
+        raise reader.fail(
+            f"{where}encoding",
+            f"{encoding!r} is not one of {list(ENCODINGS)}",
+            "name the files' character set (ISO-8859-1 for Latin-1)",
+        )
     return TextFile(
-        name="", fields=tuple(Field(c, t) for c, t in columns.items()),
+        name="",
+        fields=tuple(Field(c, t) for c, t in columns.items()),
         header=tuple(header) if isinstance(header, list) else tuple(columns) if header else None,
         labels=tuple(label.column for label in labels),
         label_values=tuple(dict.fromkeys(v for label in labels for v in (*label.positive, *label.negative))),
-        key=key, timestamp_format=node.get("timestamp_format"), separator=separator, encoding=encoding,
-        format=file_format, version=version,
+        key=key,
+        timestamp_format=node.get("timestamp_format"),
+        separator=separator,
+        encoding=encoding,
+        format=file_format,
+        version=version,
     )
 
 
@@ -307,8 +378,11 @@ def _features(reader: _Reader, node: Any, columns: dict[str, str]) -> tuple[tupl
     for name, column in named.items():
         reader.column(column, f"features.{name}", columns)
         if name in RESERVED or not NAME.fullmatch(str(name)) or name.startswith("seq_") or name.endswith("_idx"):
-            raise reader.fail(f"features.{name}", "collides with a bronze column (or is not a name of a-z, 0-9 "
-                              "and _)", f"rename it: features: {{{column}_feature: {column}}}")
+            raise reader.fail(
+                f"features.{name}",
+                "collides with a bronze column (or is not a name of a-z, 0-9 and _)",
+                f"rename it: features: {{{column}_feature: {column}}}",
+            )
     return tuple((str(n), str(c)) for n, c in named.items())
 
 
@@ -316,11 +390,17 @@ def _columns(reader: _Reader, node: Any, where: str) -> dict[str, str]:
     columns = reader.table(node, where)
     for column, kind in columns.items():
         if not NAME.fullmatch(str(column)):
-            raise reader.fail(f"{where}.{column}", "is not a name of a-z, 0-9 and _",
-                              "name the field in lower case (the header must then match it)")
+            raise reader.fail(
+                f"{where}.{column}",
+                "is not a name of a-z, 0-9 and _",
+                "name the field in lower case (the header must then match it)",
+            )
         if kind not in TYPES:
-            raise reader.fail(f"{where}.{column}", f"type {kind!r} is not one of {list(TYPES)}",
-                              "ids are bigint, labels and codes int or string")
+            raise reader.fail(
+                f"{where}.{column}",
+                f"type {kind!r} is not one of {list(TYPES)}",
+                "ids are bigint, labels and codes int or string",
+            )
     return {str(c): str(t) for c, t in columns.items()}
 
 
@@ -334,22 +414,30 @@ def _label(reader: _Reader, node: Any, key: str, columns: dict[str, str]) -> Lab
     positive = reader.strings(reader.required(table, "positive", f"{key}."), f"{key}.positive")
     negative = reader.strings(reader.required(table, "negative", f"{key}."), f"{key}.negative")
     if not positive or not negative or set(positive) & set(negative):
-        raise reader.fail(key, f"positive {list(positive)} and negative {list(negative)} must be non-empty and "
-                          "disjoint", "list each value as written in the file in exactly one of them")
+        raise reader.fail(
+            key,
+            f"positive {list(positive)} and negative {list(negative)} must be non-empty and disjoint",
+            "list each value as written in the file in exactly one of them",
+        )
     return Label(column, positive, negative)
 
 
-def _surface(reader: _Reader, node: Any, columns: dict[str, str], key: str = "surface",
-             table_name: str = "impressions") -> Surface:
+def _surface(
+    reader: _Reader, node: Any, columns: dict[str, str], key: str = "surface", table_name: str = "impressions"
+) -> Surface:
     if isinstance(node, str):
         return Surface(constant=node)
     table = reader.table(node, key)
     reader.unknown(table, ("column", "values"), f"{key}.")
     column = reader.column(reader.required(table, "column", f"{key}."), f"{key}.column", columns, table_name)
     values = reader.table(reader.required(table, "values", f"{key}."), f"{key}.values")
-    return Surface(column=column, values=tuple((reader.text(code, f"{key}.values"),
-                                                reader.text(surface, f"{key}.values.{code}"))
-                                               for code, surface in values.items()))
+    return Surface(
+        column=column,
+        values=tuple(
+            (reader.text(code, f"{key}.values"), reader.text(surface, f"{key}.values.{code}"))
+            for code, surface in values.items()
+        ),
+    )
 
 
 def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...], columns: dict[str, str]) -> Dimension:
@@ -359,8 +447,9 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
     source = key if file is not None else "impressions"  # whose columns the keys below name
     if file is not None:  # its own file: every column named from that file's columns
         columns = _columns(reader, reader.required(table, "columns", f"{key}."), f"{key}.columns")
-        layout = dataclasses.replace(_layout(reader, table, f"{key}.", columns, []),
-                                     name=reader.text(file, f"{key}.file"))
+        layout = dataclasses.replace(
+            _layout(reader, table, f"{key}.", columns, []), name=reader.text(file, f"{key}.file")
+        )
         id_column = reader.column(reader.required(table, "id", f"{key}."), f"{key}.id", columns, source)
     else:
         for k in ("id", *LAYOUT_KEYS):
@@ -369,60 +458,94 @@ def _dimension(reader: _Reader, node: Any, key: str, attributes: tuple[str, ...]
         layout, id_column = None, None
     given = reader.table(table.get("attributes") or {}, f"{key}.attributes")
     reader.unknown(given, attributes, f"{key}.attributes.")
-    mapped = tuple((a, None if given.get(a) is None
-                    else reader.column(given[a], f"{key}.attributes.{a}", columns, source)) for a in attributes)
+    mapped = tuple(
+        (a, None if given.get(a) is None else reader.column(given[a], f"{key}.attributes.{a}", columns, source))
+        for a in attributes
+    )
     features = reader.strings(table.get("features"), f"{key}.features")
     for i, f in enumerate(features):
         reader.column(f, f"{key}.features[{i}]", columns, source)
     return Dimension(mapped, features, layout, id_column)
 
 
-def _events(reader: _Reader, node: Any, columns: dict[str, str], order_by: str | None,
-            holdout_files: tuple[str, ...], surface: Surface) -> Events:
+def _events(
+    reader: _Reader,
+    node: Any,
+    columns: dict[str, str],
+    order_by: str | None,
+    holdout_files: tuple[str, ...],
+    surface: Surface,
+) -> Events:
     table = reader.table(node if node is not None else {}, "events")
     if "file" in table:
         return _event_file(reader, table, columns, order_by, holdout_files, surface)
     reader.unknown(table, ("rows", "action"), "events.")
     rows = table.get("rows", "clicks")
     if rows not in ("clicks", "all"):
-        raise reader.fail("events.rows", f"{rows!r} is not 'clicks' or 'all'",
-                          "clicks: the clicked impressions are the events; all: every impression is one")
+        raise reader.fail(
+            "events.rows",
+            f"{rows!r} is not 'clicks' or 'all'",
+            "clicks: the clicked impressions are the events; all: every impression is one",
+        )
     return Events(rows, *_action(reader, table, columns, "impressions"))
 
 
-def _action(reader: _Reader, table: dict[str, Any], columns: dict[str, str],
-            source: str) -> tuple[str | None, str | None]:
+def _action(
+    reader: _Reader, table: dict[str, Any], columns: dict[str, str], source: str
+) -> tuple[str | None, str | None]:
     """(a constant action, or None; the column holding each event's action, or None)."""
     action = table.get("action", "click")
     if not isinstance(action, dict):
         return reader.text(action, "events.action"), None
     reader.unknown(action, ("column",), "events.action.")
-    return None, reader.column(reader.required(action, "column", "events.action."), "events.action.column", columns,
-                               source)
+    return None, reader.column(
+        reader.required(action, "column", "events.action."), "events.action.column", columns, source
+    )
 
 
-def _event_file(reader: _Reader, table: dict[str, Any], imp_columns: dict[str, str], imp_order_by: str | None,
-                holdout_files: tuple[str, ...], imp_surface: Surface) -> Events:
+def _event_file(
+    reader: _Reader,
+    table: dict[str, Any],
+    imp_columns: dict[str, str],
+    imp_order_by: str | None,
+    holdout_files: tuple[str, ...],
+    imp_surface: Surface,
+) -> Events:
     """Events from a file of their own, laid out on the calendar together with the impressions by time."""
     reader.unknown(table, ("file", *LAYOUT_KEYS, "user", "item", "order_by", "action", "surface"), "events.")
     if imp_order_by is None or holdout_files:
-        raise reader.fail("events.file", "needs the impressions in time order, without holdout_files",
-                          "give impressions.order_by (a time column) and drop impressions.holdout_files: events "
-                          "and impressions share one calendar laid out by time")
+        raise reader.fail(
+            "events.file",
+            "needs the impressions in time order, without holdout_files",
+            "give impressions.order_by (a time column) and drop impressions.holdout_files: events "
+            "and impressions share one calendar laid out by time",
+        )
     columns = _columns(reader, reader.required(table, "columns", "events."), "events.columns")
-    layout = dataclasses.replace(_layout(reader, table, "events.", columns, []),
-                                 name=reader.text(table["file"], "events.file"))
-    user, item, order_by = (reader.column(reader.required(table, k, "events."), f"events.{k}", columns, "events")
-                            for k in ("user", "item", "order_by"))
+    layout = dataclasses.replace(
+        _layout(reader, table, "events.", columns, []), name=reader.text(table["file"], "events.file")
+    )
+    user, item, order_by = (
+        reader.column(reader.required(table, k, "events."), f"events.{k}", columns, "events")
+        for k in ("user", "item", "order_by")
+    )
     if columns[order_by] != imp_columns[imp_order_by]:
-        raise reader.fail("events.order_by", f"{order_by!r} is {columns[order_by]}, impressions.order_by "
-                          f"{imp_order_by!r} is {imp_columns[imp_order_by]}",
-                          "both must be one clock in one unit (e.g. Unix seconds as bigint)")
+        raise reader.fail(
+            "events.order_by",
+            f"{order_by!r} is {columns[order_by]}, impressions.order_by "
+            f"{imp_order_by!r} is {imp_columns[imp_order_by]}",
+            "both must be one clock in one unit (e.g. Unix seconds as bigint)",
+        )
     if table.get("surface") is None and imp_surface.constant is None:
-        raise reader.fail("events.surface", "is missing, and the impressions' surface comes from a column",
-                          "give the events' surface: a constant, or {column: ..., values: {...}}")
-    surface = None if table.get("surface") is None else \
-        _surface(reader, table["surface"], columns, "events.surface", "events")
+        raise reader.fail(
+            "events.surface",
+            "is missing, and the impressions' surface comes from a column",
+            "give the events' surface: a constant, or {column: ..., values: {...}}",
+        )
+    surface = (
+        None
+        if table.get("surface") is None
+        else _surface(reader, table["surface"], columns, "events.surface", "events")
+    )
     return Events("file", *_action(reader, table, columns, "events"), layout, user, item, order_by, surface)
 
 
@@ -440,15 +563,20 @@ def data_folder(mapping: SourceMapping, source: Path, root: Path, allow_outside:
         return folder
     named = [("impressions.folder", Path(mapping.folder))]
     named += [(f"impressions.files[{i}]", Path(mapping.folder, f)) for i, f in enumerate(mapping.files)]
-    for key, own in (("users.file", mapping.users.file), ("ads.file", mapping.ads.file),
-                     ("events.file", mapping.events.file)):
+    for key, own in (
+        ("users.file", mapping.users.file),
+        ("ads.file", mapping.ads.file),
+        ("events.file", mapping.events.file),
+    ):
         if own is not None:
             named.append((key, Path(mapping.folder, own.name)))
     for key, written in named:  # relative to the root, or absolute
         resolved = (root / written).resolve()
         if not resolved.is_relative_to(root):
             raise _Reader(source).fail(
-                key, f"{_show(str(written))} is {resolved}, outside the data root {root}",
+                key,
+                f"{_show(str(written))} is {resolved}, outside the data root {root}",
                 "keep the data (and what its links point to) under the data root, or set "
-                "data.allow_outside_data_root: true in the config to read it where it is")
+                "data.allow_outside_data_root: true in the config to read it where it is",
+            )
     return folder

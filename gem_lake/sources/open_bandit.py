@@ -39,19 +39,37 @@ LOGS = tuple((policy, campaign) for policy in POLICIES for campaign in CAMPAIGNS
 def _log(policy: str, campaign: str) -> TextFile:
     """A (policy, campaign) log: the unnamed first column is the log's index, its row key."""
     n_items = CAMPAIGNS[campaign][1]
-    fields = (Field("index", "int"), Field("timestamp", "timestamp"), Field("item_id", "int"), Field("position", "int"),
-              Field("click", "int"), Field("propensity_score", "double"), *[Field(c, "string") for c in USER_FIELDS],
-              *[Field(f"user_item_affinity_{k}", "double") for k in range(n_items)])
+    fields = (
+        Field("index", "int"),
+        Field("timestamp", "timestamp"),
+        Field("item_id", "int"),
+        Field("position", "int"),
+        Field("click", "int"),
+        Field("propensity_score", "double"),
+        *[Field(c, "string") for c in USER_FIELDS],
+        *[Field(f"user_item_affinity_{k}", "double") for k in range(n_items)],
+    )
     header = ("", *[f.name for f in fields[1:-n_items]], *[f"user-item_affinity_{k}" for k in range(n_items)])
-    return TextFile(f"{policy}/{campaign}/{campaign}.csv", fields, header, labels=("click",), key=("index",),
-                    timestamp_format="yyyy-MM-dd HH:mm:ss.SSSSSSXXX")
+    return TextFile(
+        f"{policy}/{campaign}/{campaign}.csv",
+        fields,
+        header,
+        labels=("click",),
+        key=("index",),
+        timestamp_format="yyyy-MM-dd HH:mm:ss.SSSSSSXXX",
+    )
 
 
 def _items(campaign: str) -> TextFile:
-    fields = (Field("index", "int"), Field("item_id", "int"), Field("item_feature_0", "double"),
-              *[Field(f"item_feature_{i}", "string") for i in range(1, 4)])
-    return TextFile(f"random/{campaign}/item_context.csv", fields, ("", *[f.name for f in fields[1:]]),
-                    key=("item_id",))
+    fields = (
+        Field("index", "int"),
+        Field("item_id", "int"),
+        Field("item_feature_0", "double"),
+        *[Field(f"item_feature_{i}", "string") for i in range(1, 4)],
+    )
+    return TextFile(
+        f"random/{campaign}/item_context.csv", fields, ("", *[f.name for f in fields[1:]]), key=("item_id",)
+    )
 
 
 def _by_file(values: list[str]) -> Column:
@@ -74,12 +92,16 @@ class Source:
         """The six logs with their policy, campaign and ids; a log's own index column numbers its rows."""
         rows = read_text_files(self.spark, self.folder, "open_bandit", [_log(p, c) for p, c in LOGS])
         policy, campaign = _by_file([p for p, _ in LOGS]), _by_file([c for _, c in LOGS])
-        rows = rows.select(*[c for c in rows.columns if c != "impression_id"], policy.alias("policy"),
-                           campaign.alias("campaign"))
+        rows = rows.select(
+            *[c for c in rows.columns if c != "impression_id"], policy.alias("policy"), campaign.alias("campaign")
+        )
         return rows.select(
-            "*", F.concat(F.lit("open_bandit-"), "policy", F.lit("-"), "campaign", F.lit("-"),
-                          F.col("index").cast("string")).alias("impression_id"),
-            derived_id(*[F.col(c) for c in USER_FIELDS]).alias("user_id"), _ad_id().alias("ad_id"),
+            "*",
+            F.concat(
+                F.lit("open_bandit-"), "policy", F.lit("-"), "campaign", F.lit("-"), F.col("index").cast("string")
+            ).alias("impression_id"),
+            derived_id(*[F.col(c) for c in USER_FIELDS]).alias("user_id"),
+            _ad_id().alias("ad_id"),
         )
 
     @cached_property
@@ -93,11 +115,24 @@ class Source:
         surfaces = F.create_map(*[F.lit(x) for c, (s, _) in CAMPAIGNS.items() for x in (c, s)])
         surface = F.try_element_at(surfaces, F.col("campaign"))
         return self._laid_out.where(F.col("ds") == F.lit(ds)).select(
-            "impression_id", "ts", "ds", "user_id", "ad_id", surface.alias("surface"),
-            "position", (F.col("click") == 1).alias("clicked"), F.lit(False).alias("converted"),
-            F.lit(None).cast("double").alias("p_click"), F.lit(None).cast("double").alias("p_convert"),
-            F.col("campaign").alias("source_surface"), "policy", "propensity_score", "timestamp", "index",
-            *[f"user_item_affinity_{k}" for k in range(N_AFFINITY)], LINE_COLUMN,
+            "impression_id",
+            "ts",
+            "ds",
+            "user_id",
+            "ad_id",
+            surface.alias("surface"),
+            "position",
+            (F.col("click") == 1).alias("clicked"),
+            F.lit(False).alias("converted"),
+            F.lit(None).cast("double").alias("p_click"),
+            F.lit(None).cast("double").alias("p_convert"),
+            F.col("campaign").alias("source_surface"),
+            "policy",
+            "propensity_score",
+            "timestamp",
+            "index",
+            *[f"user_item_affinity_{k}" for k in range(N_AFFINITY)],
+            LINE_COLUMN,
         )
 
     def events(self, ds: date) -> DataFrame:
@@ -106,17 +141,27 @@ class Source:
 
     def users(self) -> DataFrame:
         """bronze.users: one row per user segment, its four hashed features as extras."""
-        return self._rows.where(parsed()).groupBy("user_id").agg(F.min_by(F.struct(*USER_FIELDS), F.struct(
-            "timestamp", "policy", "campaign", "index")).alias("u")).select(
-            "user_id", *[F.lit(None).cast("string").alias(c) for c in ("age_bucket", "country", "device")], "u.*")
+        return (
+            self._rows.where(parsed())
+            .groupBy("user_id")
+            .agg(F.min_by(F.struct(*USER_FIELDS), F.struct("timestamp", "policy", "campaign", "index")).alias("u"))
+            .select(
+                "user_id", *[F.lit(None).cast("string").alias(c) for c in ("age_bucket", "country", "device")], "u.*"
+            )
+        )
 
     def ads(self) -> DataFrame:
         """bronze.ads: every item of every campaign (`random/` item lists), its features as extras."""
         items = read_text_files(self.spark, self.folder, "open_bandit", [_items(c) for c in CAMPAIGNS])
         items = items.select("*", _by_file(list(CAMPAIGNS)).alias("campaign"))
         return items.select(
-            _ad_id().alias("ad_id"), F.lit(None).cast("bigint").alias("advertiser_id"),
-            F.lit(None).cast("bigint").alias("category"), F.lit(None).cast("string").alias("ad_format"),
-            F.lit(None).cast("string").alias("objective"), "campaign", "item_id",
-            *[f"item_feature_{i}" for i in range(4)], LINE_COLUMN,
+            _ad_id().alias("ad_id"),
+            F.lit(None).cast("bigint").alias("advertiser_id"),
+            F.lit(None).cast("bigint").alias("category"),
+            F.lit(None).cast("string").alias("ad_format"),
+            F.lit(None).cast("string").alias("objective"),
+            "campaign",
+            "item_id",
+            *[f"item_feature_{i}" for i in range(4)],
+            LINE_COLUMN,
         )

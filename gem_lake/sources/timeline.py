@@ -21,8 +21,9 @@ from gem_model.config import WorldConfig
 LEAD_SECONDS = 3600
 
 
-def spread_over_days(df: DataFrame, order: list[Column], world: WorldConfig, first_day: int = 0,
-                     n_days: int | None = None) -> DataFrame:
+def spread_over_days(
+    df: DataFrame, order: list[Column], world: WorldConfig, first_day: int = 0, n_days: int | None = None
+) -> DataFrame:
     """`df` with `ts` and `ds` columns: rows in `order` spread evenly over `world.days`, or over the
     `n_days` of them from the `first_day`-th (0-based) on.
 

@@ -106,8 +106,12 @@ def _sigmoid(x: Column) -> Column:
 def in_segment(age_bucket: Column, ad_format: Column, surface: Column, hour: Column) -> Column:
     """1.0 for an impression in the fourth-order term's segment (all four conditions at once), else 0.0."""
     start, end = SEGMENT_HOURS
-    return (age_bucket.isin(*SEGMENT_AGES) & ad_format.isin(*SEGMENT_FORMATS) & surface.isin(*SEGMENT_SURFACES)
-            & ((hour >= start) | (hour < end))).cast("double")
+    return (
+        age_bucket.isin(*SEGMENT_AGES)
+        & ad_format.isin(*SEGMENT_FORMATS)
+        & surface.isin(*SEGMENT_SURFACES)
+        & ((hour >= start) | (hour < end))
+    ).cast("double")
 
 
 def hours_since_last(events: Column, ts: Column) -> Column:
@@ -194,8 +198,11 @@ class Source:
         return 0.7 * self._quality(aid)
 
     def click_context(self, aid: Column, surface: Column, position: Column) -> Column:
-        return (_lookup(SURFACE_CLICK_BIAS, surface) + _lookup(OBJECTIVE_CLICK_BIAS, self._objective(aid))
-                - POSITION_PENALTY * (position - 1))
+        return (
+            _lookup(SURFACE_CLICK_BIAS, surface)
+            + _lookup(OBJECTIVE_CLICK_BIAS, self._objective(aid))
+            - POSITION_PENALTY * (position - 1)
+        )
 
     def _trend(self, aid: Column) -> Column:
         return uniform(self.seed, "trend", aid) * 3.0 - 1.5
@@ -213,39 +220,49 @@ class Source:
         day = (ds - w.start_date).days
         if day < 0 or (day >= w.n_days and not w.open_ended):
             end = "" if w.open_ended else str(w.days[-1])
-            raise ValueError(f"ds={ds} is outside the world's calendar {w.days[0]}..{end}"
-                             + ("" if w.open_ended or day < 0 else "; set world.open_ended to go on after it"))
+            raise ValueError(
+                f"ds={ds} is outside the world's calendar {w.days[0]}..{end}"
+                + ("" if w.open_ended or day < 0 else "; set world.open_ended to go on after it")
+            )
         return min(day, w.n_days - 1)
 
     def users(self) -> DataFrame:
         """bronze.users: demographic/device attributes, signup date, latent interests and activity."""
         w, s, uid = self.world, self.seed, F.col("user_id")
         signup = _arrival_day(uid, w.n_users, w.new_user_fraction, w.n_days)
-        return self.spark.range(1, w.n_users + 1).select(F.col("id").alias("user_id")).select(
-            "user_id",
-            self._age_bucket(uid).alias("age_bucket"),
-            pick(COUNTRIES, uniform(s, "country", uid)).alias("country"),
-            pick(DEVICES, uniform(s, "device", uid)).alias("device"),
-            F.date_add(F.lit(w.start_date), signup).alias("signup_date"),
-            self._interest(uid, "primary").alias("true_interest"),
-            self._interest(uid, "secondary").alias("true_interest2"),
-            self._activity(uid).alias("true_activity"),
+        return (
+            self.spark.range(1, w.n_users + 1)
+            .select(F.col("id").alias("user_id"))
+            .select(
+                "user_id",
+                self._age_bucket(uid).alias("age_bucket"),
+                pick(COUNTRIES, uniform(s, "country", uid)).alias("country"),
+                pick(DEVICES, uniform(s, "device", uid)).alias("device"),
+                F.date_add(F.lit(w.start_date), signup).alias("signup_date"),
+                self._interest(uid, "primary").alias("true_interest"),
+                self._interest(uid, "secondary").alias("true_interest2"),
+                self._activity(uid).alias("true_activity"),
+            )
         )
 
     def ads(self) -> DataFrame:
         """bronze.ads: advertiser, campaign, category, format, objective, launch date, quality, trend."""
         w, aid = self.world, F.col("ad_id")
         launch = _arrival_day(aid, w.n_ads, w.new_ad_fraction, w.n_days)
-        return self.spark.range(1, w.n_ads + 1).select(F.col("id").alias("ad_id")).select(
-            "ad_id",
-            self._advertiser(aid).alias("advertiser_id"),
-            self.category(aid).alias("category"),
-            self._ad_format(aid).alias("ad_format"),
-            self._objective(aid).alias("objective"),
-            self._campaign(aid).alias("campaign_id"),
-            F.date_add(F.lit(w.start_date), launch).alias("launch_date"),
-            self._quality(aid).alias("true_quality"),
-            self._trend(aid).alias("true_trend"),
+        return (
+            self.spark.range(1, w.n_ads + 1)
+            .select(F.col("id").alias("ad_id"))
+            .select(
+                "ad_id",
+                self._advertiser(aid).alias("advertiser_id"),
+                self.category(aid).alias("category"),
+                self._ad_format(aid).alias("ad_format"),
+                self._objective(aid).alias("objective"),
+                self._campaign(aid).alias("campaign_id"),
+                F.date_add(F.lit(w.start_date), launch).alias("launch_date"),
+                self._quality(aid).alias("true_quality"),
+                self._trend(aid).alias("true_trend"),
+            )
         )
 
     def _ad_in_category(self, day: int, category: Column, u: Column) -> Column:
@@ -261,16 +278,22 @@ class Source:
         uid, dl = F.col("user_id"), F.lit(ds.isoformat())
         jitter = 0.5 + uniform(s, "event_count", dl, uid)
         count = F.least(F.floor(self._activity(uid) * jitter), F.lit(w.max_events_per_user_day)).cast("int")
-        per_user = self.spark.range(1, active + 1).select(F.col("id").alias("user_id")).select(
-            "user_id", F.explode(F.sequence(F.lit(1), F.greatest(count, F.lit(0)))).alias("k")
-        ).where(F.col("k") <= count)  # sequence(1, 0) counts down: keep only k in 1..count
+        per_user = (
+            self.spark.range(1, active + 1)
+            .select(F.col("id").alias("user_id"))
+            .select("user_id", F.explode(F.sequence(F.lit(1), F.greatest(count, F.lit(0)))).alias("k"))
+            .where(F.col("k") <= count)
+        )  # sequence(1, 0) counts down: keep only k in 1..count
         k = F.col("k")
         u_topic = uniform(s, "event_topic", dl, uid, k)
-        category = (F.when(u_topic < 0.6, self._interest(uid, "primary"))
-                    .when(u_topic < 0.85, self._interest(uid, "secondary"))
-                    .otherwise(F.floor(uniform(s, "event_category", dl, uid, k) * w.n_categories).cast("bigint")))
+        category = (
+            F.when(u_topic < 0.6, self._interest(uid, "primary"))
+            .when(u_topic < 0.85, self._interest(uid, "secondary"))
+            .otherwise(F.floor(uniform(s, "event_category", dl, uid, k) * w.n_categories).cast("bigint"))
+        )
         ts = F.to_timestamp(F.lit(ds.isoformat())) + F.make_interval(
-            secs=F.floor(uniform(s, "event_ts", dl, uid, k) * 86400))
+            secs=F.floor(uniform(s, "event_ts", dl, uid, k) * 86400)
+        )
         action = pick_weighted(ACTIONS, uniform(s, "event_action", dl, uid, k))
         surface = pick_weighted(surface_share(w, day), uniform(s, "event_surface", dl, uid, k))
         if CART_SURFACE in w.surfaces:
@@ -289,12 +312,17 @@ class Source:
     def events(self, ds: date) -> DataFrame:
         """bronze.events (raw) for day `ds`: each active user's behaviour events (item, action, surface, ts)."""
         clean = self._clean_events(ds)
-        corrupted = self._corrupt(clean, "events", ds, {
-            "user_id": F.lit(None).cast("bigint"),
-            "surface": F.lit("unknown_surface"),
-            "ts": F.col("ts") + F.expr("INTERVAL 3 DAYS"),
-            "item_id": -F.col("item_id"),
-        })
+        corrupted = self._corrupt(
+            clean,
+            "events",
+            ds,
+            {
+                "user_id": F.lit(None).cast("bigint"),
+                "surface": F.lit("unknown_surface"),
+                "ts": F.col("ts") + F.expr("INTERVAL 3 DAYS"),
+                "item_id": -F.col("item_id"),
+            },
+        )
         return corrupted.select("user_id", "item_id", "action", "surface", "ts", "ds")
 
     def _recent_related(self, ds: date) -> DataFrame:
@@ -312,54 +340,88 @@ class Source:
         active_users = _arrived(w.n_users, w.new_user_fraction, w.n_days, day)
         launched_ads = _arrived(w.n_ads, w.new_ad_fraction, w.n_days, day)
         uid = (F.floor(uniform(s, "imp_user", dl, row) * active_users) + 1).cast("bigint")
-        base = self.spark.range(w.impressions_per_day).select(F.col("id").alias("row")).select(
-            "row", uid.alias("user_id"))
+        base = (
+            self.spark.range(w.impressions_per_day).select(F.col("id").alias("row")).select("row", uid.alias("user_id"))
+        )
         u_target = uniform(s, "imp_targeted", dl, row)
         u_ad = uniform(s, "imp_ad", dl, row)
         uid = F.col("user_id")
-        ad = (F.when(u_target < 0.4, self._ad_in_category(day, self._interest(uid, "primary"), u_ad))
-              .when(u_target < 0.6, self._ad_in_category(day, self._interest(uid, "secondary"), u_ad))
-              .otherwise(F.floor(u_ad * launched_ads) + 1).cast("bigint"))
+        ad = (
+            F.when(u_target < 0.4, self._ad_in_category(day, self._interest(uid, "primary"), u_ad))
+            .when(u_target < 0.6, self._ad_in_category(day, self._interest(uid, "secondary"), u_ad))
+            .otherwise(F.floor(u_ad * launched_ads) + 1)
+            .cast("bigint")
+        )
         ts = F.to_timestamp(F.lit(ds.isoformat())) + F.make_interval(
-            secs=F.floor(uniform(s, "imp_ts", dl, row) * 86400))
+            secs=F.floor(uniform(s, "imp_ts", dl, row) * 86400)
+        )
         placed = base.select(
-            "row", "user_id", ad.alias("ad_id"), ts.alias("ts"),
+            "row",
+            "user_id",
+            ad.alias("ad_id"),
+            ts.alias("ts"),
             pick_weighted(surface_share(w, day), uniform(s, "imp_surface", dl, row)).alias("surface"),
             (F.floor(uniform(s, "imp_position", dl, row) * 5) + 1).cast("int").alias("position"),
         ).join(self._recent_related(ds), "user_id", "left")
         aid, category = F.col("ad_id"), self.category(F.col("ad_id"))
-        related = F.filter(F.coalesce(F.col("recent"), F.array()),
-                           lambda e: (e["ts"] < F.col("ts")) & (e["category"] == category))
+        related = F.filter(
+            F.coalesce(F.col("recent"), F.array()), lambda e: (e["ts"] < F.col("ts")) & (e["category"] == category)
+        )
         carts = F.filter(related, lambda e: e["action"] == CART_ACTION)
         recency = RECENCY_BOOST * decayed(hours_since_last(related, F.col("ts")), RECENCY_HALF_LIFE_H)
         cart = CART_BOOST * decayed(hours_since_last(carts, F.col("ts")), CART_HALF_LIFE_H)
         interaction = INTERACTION_STRENGTH * in_segment(
-            self._age_bucket(uid), self._ad_format(aid), F.col("surface"), F.hour("ts"))
-        click_logit = (CLICK_INTERCEPT + self.click_affinity(uid, aid) + self.click_quality(aid)
-                       + self.click_context(aid, F.col("surface"), F.col("position"))
-                       + self.drift(aid, ds) + recency + interaction)
-        cvr_logit = (-1.2 + _lookup(OBJECTIVE_CVR_BIAS, self._objective(aid))
-                     + 0.6 * self.interest_match(uid, aid, "primary") + 0.4 * self._quality(aid) + cart)
+            self._age_bucket(uid), self._ad_format(aid), F.col("surface"), F.hour("ts")
+        )
+        click_logit = (
+            CLICK_INTERCEPT
+            + self.click_affinity(uid, aid)
+            + self.click_quality(aid)
+            + self.click_context(aid, F.col("surface"), F.col("position"))
+            + self.drift(aid, ds)
+            + recency
+            + interaction
+        )
+        cvr_logit = (
+            -1.2
+            + _lookup(OBJECTIVE_CVR_BIAS, self._objective(aid))
+            + 0.6 * self.interest_match(uid, aid, "primary")
+            + 0.4 * self._quality(aid)
+            + cart
+        )
         labelled = placed.select(
-            "*", _sigmoid(click_logit).alias("p_click"), _sigmoid(cvr_logit).alias("p_convert_given_click"),
+            "*",
+            _sigmoid(click_logit).alias("p_click"),
+            _sigmoid(cvr_logit).alias("p_convert_given_click"),
         )
         clicked = uniform(s, "imp_click", dl, row) < F.col("p_click")
         converted = clicked & (uniform(s, "imp_convert", dl, row) < F.col("p_convert_given_click"))
         clean = labelled.select(
             F.concat(F.lit(f"imp-{ds.isoformat()}-"), F.lpad(row.cast("string"), 9, "0")).alias("impression_id"),
-            "ts", F.lit(ds).alias("ds"), "user_id", "ad_id", "surface", "position",
-            clicked.alias("clicked"), converted.alias("converted"),
+            "ts",
+            F.lit(ds).alias("ds"),
+            "user_id",
+            "ad_id",
+            "surface",
+            "position",
+            clicked.alias("clicked"),
+            converted.alias("converted"),
             F.col("p_click").cast("double"),
             (F.col("p_click") * F.col("p_convert_given_click")).cast("double").alias("p_convert"),
             row.alias("_row"),
         )
-        corrupted = self._corrupt(clean, "impressions", ds, {
-            "user_id": F.lit(None).cast("bigint"),
-            "surface": F.lit("unknown_surface"),
-            "ts": F.col("ts") + F.expr("INTERVAL 3 DAYS"),
-            "ad_id": -F.col("ad_id"),
-            "clicked": F.lit(False),  # with converted forced true below: conversion without click
-        })
+        corrupted = self._corrupt(
+            clean,
+            "impressions",
+            ds,
+            {
+                "user_id": F.lit(None).cast("bigint"),
+                "surface": F.lit("unknown_surface"),
+                "ts": F.col("ts") + F.expr("INTERVAL 3 DAYS"),
+                "ad_id": -F.col("ad_id"),
+                "clicked": F.lit(False),  # with converted forced true below: conversion without click
+            },
+        )
         return corrupted.drop("_row")
 
     def _corrupt(self, df: DataFrame, table: str, ds: date, damage: dict[str, Column]) -> DataFrame:

@@ -27,8 +27,10 @@ def stage_lines(context: SparkContext) -> list[str]:
         if info is None:  # finished between the two calls
             continue
         failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""
-        lines.append(f"Spark stage {stage_id} ({info.name}): {info.numCompletedTasks}/{info.numTasks} tasks done, "
-                     f"{info.numActiveTasks} running{failed}")
+        lines.append(
+            f"Spark stage {stage_id} ({info.name}): {info.numCompletedTasks}/{info.numTasks} tasks done, "
+            f"{info.numActiveTasks} running{failed}"
+        )
     return lines
 
 

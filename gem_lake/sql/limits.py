@@ -34,13 +34,17 @@ class SQLLimits:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) or not (
-                math.isfinite(self.timeout_s) and self.timeout_s > 0):
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, int | float)
+            or not (math.isfinite(self.timeout_s) and self.timeout_s > 0)
+        ):
             raise ValueError(f"timeout_s={self.timeout_s!r} must be a positive number of seconds, e.g. 300")
         for name in ("memory_limit", "max_temp_directory_size"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _SIZE.match(value.strip()):
                 raise ValueError(f"{name}={value!r} must be a size with a unit, e.g. '4GB' or '512MB'")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise ValueError(f"threads={self.threads!r} must be a positive integer, or None for one per core")

@@ -16,8 +16,9 @@ ROW_CAP = 1000  # rows `gem sql` prints unless --limit or --all says otherwise; 
 FORMATS = ("table", "json", "csv")
 
 
-def write_rows(out: TextIO, columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: str,
-               limit: int | None = None) -> tuple[int, bool]:
+def write_rows(
+    out: TextIO, columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: str, limit: int | None = None
+) -> tuple[int, bool]:
     """Write `rows` to `out` in `fmt`, at most `limit` of them (None: all). Returns (rows written, whether
     `rows` had more): give it `limit + 1` rows to learn whether more exist without reading them all.
 
@@ -67,8 +68,9 @@ class _Table:
     def flush(self) -> None:
         widths = self._widths
         if widths is None:
-            widths = self._widths = [max([len(c)] + [len(r[i]) for r in self._block])
-                                     for i, c in enumerate(self._columns)]
+            widths = self._widths = [
+                max([len(c)] + [len(r[i]) for r in self._block]) for i, c in enumerate(self._columns)
+            ]
             self._line(self._columns, widths)
             self._line(["-" * w for w in widths], widths)
         for row in self._block:

@@ -49,39 +49,45 @@ from gem_model.paths import LAYERS, GemPaths
 META_SCHEMA = "meta"
 SCHEMAS: tuple[str, ...] = (*LAYERS, META_SCHEMA)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
-MODELS_SCHEMA = pa.schema([
-    ("model_version", pa.string()),
-    ("created_at", _TIMESTAMP),
-    ("is_latest", pa.bool_()),
-    ("preset", pa.string()),
-    ("architecture", pa.string()),
-    ("data_source", pa.string()),
-    ("training_table", pa.string()),
-    ("training_delta_version", pa.int64()),
-    ("train_days", pa.list_(pa.date32())),
-    ("first_train_day", pa.date32()),
-    ("last_train_day", pa.date32()),
-    ("holdout_days", pa.list_(pa.date32())),
-    ("world_size", pa.int32()),
-    ("train_seconds", pa.float64()),
-    *((f"{task}_{metric}", pa.float64()) for task in TASKS for metric in ("auc", "ne", "calibration")),
-    ("metrics", pa.map_(pa.string(), pa.float64())),
-    ("manifest_path", pa.string()),
-])
-TABLE_HISTORY_SCHEMA = pa.schema([
-    ("table_name", pa.string()),
-    ("version", pa.int64()),
-    ("committed_at", _TIMESTAMP),
-    ("operation", pa.string()),
-    ("operation_parameters", pa.map_(pa.string(), pa.string())),
-    ("operation_metrics", pa.map_(pa.string(), pa.string())),
-    ("read_version", pa.int64()),
-    ("is_blind_append", pa.bool_()),
-    ("engine_info", pa.string()),
-    ("user_metadata", pa.string()),
-])
-ALLOWED = ("`SET VARIABLE name = default` declarations, then exactly one query "
-           "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT ... IN (...), UNPIVOT)")
+MODELS_SCHEMA = pa.schema(
+    [
+        ("model_version", pa.string()),
+        ("created_at", _TIMESTAMP),
+        ("is_latest", pa.bool_()),
+        ("preset", pa.string()),
+        ("architecture", pa.string()),
+        ("data_source", pa.string()),
+        ("training_table", pa.string()),
+        ("training_delta_version", pa.int64()),
+        ("train_days", pa.list_(pa.date32())),
+        ("first_train_day", pa.date32()),
+        ("last_train_day", pa.date32()),
+        ("holdout_days", pa.list_(pa.date32())),
+        ("world_size", pa.int32()),
+        ("train_seconds", pa.float64()),
+        *((f"{task}_{metric}", pa.float64()) for task in TASKS for metric in ("auc", "ne", "calibration")),
+        ("metrics", pa.map_(pa.string(), pa.float64())),
+        ("manifest_path", pa.string()),
+    ]
+)
+TABLE_HISTORY_SCHEMA = pa.schema(
+    [
+        ("table_name", pa.string()),
+        ("version", pa.int64()),
+        ("committed_at", _TIMESTAMP),
+        ("operation", pa.string()),
+        ("operation_parameters", pa.map_(pa.string(), pa.string())),
+        ("operation_metrics", pa.map_(pa.string(), pa.string())),
+        ("read_version", pa.int64()),
+        ("is_blind_append", pa.bool_()),
+        ("engine_info", pa.string()),
+        ("user_metadata", pa.string()),
+    ]
+)
+ALLOWED = (
+    "`SET VARIABLE name = default` declarations, then exactly one query "
+    "(SELECT, WITH ... SELECT, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT ... IN (...), UNPIVOT)"
+)
 _COMMIT_FILE = re.compile(r"^([0-9]+)\.json$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The parse tree's query nodes that only read; any other (DELETE_QUERY_NODE, INSERT_QUERY_NODE,
@@ -91,14 +97,18 @@ _INTERRUPT_EVERY_S = 0.05  # past the deadline, how often the watchdog interrupt
 # Statements refused although DuckDB runs the same thing another way: how, by statement kind.
 _ANOTHER_WAY = {
     "CALL": "`CALL f(...)` reads as `SELECT * FROM f(...)`",
-    "PRAGMA": ("a PRAGMA that reads is a table function: `SELECT * FROM pragma_table_info('gold.t')` "
-               "(or `DESCRIBE gold.t`), `SELECT * FROM pragma_version()`"),
+    "PRAGMA": (
+        "a PRAGMA that reads is a table function: `SELECT * FROM pragma_table_info('gold.t')` "
+        "(or `DESCRIBE gold.t`), `SELECT * FROM pragma_version()`"
+    ),
     "COPY": "to save rows, print them to a file: `gem sql ... --format csv --all > rows.csv`",
     "CREATE": "to name a query, use `WITH name AS (SELECT ...) SELECT ... FROM name`",
 }
-_PIVOT_WAY = ("a PIVOT without `IN (...)` after its ON column is two statements in DuckDB (the first reads the "
-              "column's distinct values); list them, e.g. `PIVOT gold.t ON surface IN ('feed', 'stories') USING "
-              "count(*)`, which is one query, also inside `SELECT * FROM (...)` or a WITH")
+_PIVOT_WAY = (
+    "a PIVOT without `IN (...)` after its ON column is two statements in DuckDB (the first reads the "
+    "column's distinct values); list them, e.g. `PIVOT gold.t ON surface IN ('feed', 'stories') USING "
+    "count(*)`, which is one query, also inside `SELECT * FROM (...)` or a WITH"
+)
 
 
 class LakeSQLError(ValueError):
@@ -131,7 +141,7 @@ def _tokens(text: str) -> list[tuple[str, duckdb.token_type]]:
 
 def _first_line(statement: str) -> str:
     marks = [p for p, kind in duckdb.tokenize(statement) if kind != duckdb.token_type.comment]
-    text = statement[marks[0]:] if marks else statement
+    text = statement[marks[0] :] if marks else statement
     line = text.strip().splitlines()[0].rstrip(";").rstrip() if text.strip() else ""
     return line if len(line) <= 100 else line[:97] + "..."
 
@@ -162,20 +172,21 @@ def _check_tree(where: str, select: str) -> None:
         [(serialized,)] = parser.execute("SELECT json_serialize_sql(?)", [select]).fetchall()
     tree = json.loads(serialized)
     if tree.get("error"):
-        raise LakeSQLError(f"{where} is refused: DuckDB's parser cannot give its tree to check "
-                           f"({tree.get('error_message')}); SQL over the lake accepts {ALLOWED}")
+        raise LakeSQLError(
+            f"{where} is refused: DuckDB's parser cannot give its tree to check "
+            f"({tree.get('error_message')}); SQL over the lake accepts {ALLOWED}"
+        )
     writes = _writes(tree.get("statements"))
     if writes:
         cte, kind = writes[0]
         what = f"its CTE `{cte}` writes ({kind})" if cte is not None else f"it writes ({kind})"
-        raise LakeSQLError(f"{where} is refused: {what}; SQL over the lake is read-only "
-                           f"and accepts {ALLOWED}")
+        raise LakeSQLError(f"{where} is refused: {what}; SQL over the lake is read-only and accepts {ALLOWED}")
 
 
 def _declared_value(declaration: str) -> str:
     """The default of `SET VARIABLE name = default` as a SELECT, for `_check_tree`."""
     marks = [p for p, kind in duckdb.tokenize(declaration) if kind != duckdb.token_type.comment]
-    return "SELECT " + declaration[marks[3] + 1:]  # marks: SET, VARIABLE, name, =
+    return "SELECT " + declaration[marks[3] + 1 :]  # marks: SET, VARIABLE, name, =
 
 
 def _another_way(kind: str, tokens: list[str]) -> str:
@@ -225,8 +236,10 @@ def parse_sql(text: str) -> ParsedSQL:
         else:
             name = "a statement without a type name" if kind is None else f"{kind.name.replace('_', ' ')}"
             way = _another_way(kind.name if kind is not None else "", tokens)
-            raise LakeSQLError(f"{where} is refused ({name}, not a query): SQL over the lake is read-only "
-                               f"and accepts {ALLOWED}" + (f"; {way}" if way else ""))
+            raise LakeSQLError(
+                f"{where} is refused ({name}, not a query): SQL over the lake is read-only "
+                f"and accepts {ALLOWED}" + (f"; {way}" if way else "")
+            )
     if query is None:
         raise LakeSQLError(f"no query after the declarations: give {ALLOWED}")
     return ParsedSQL(tuple(declarations), query)
@@ -299,26 +312,31 @@ def models_table(paths: GemPaths) -> pa.Table:
         train_days = _dates(data.get("train_days"))
         known_days = [d for d in train_days or [] if d is not None]
         version = manifest.get("model_version")
-        rows.append({
-            "model_version": version,
-            "created_at": _timestamp(manifest.get("created_at")),
-            "is_latest": version is not None and version == latest,
-            "preset": config.get("preset"),
-            "architecture": (config.get("model") or {}).get("architecture"),
-            "data_source": (config.get("data") or {}).get("source"),
-            "training_table": data.get("table"),
-            "training_delta_version": _number(data.get("delta_version"), int),
-            "train_days": train_days,
-            "first_train_day": min(known_days, default=None),
-            "last_train_day": max(known_days, default=None),
-            "holdout_days": _dates(data.get("holdout_days")),
-            "world_size": _number(manifest.get("world_size"), int),
-            "train_seconds": _number(manifest.get("train_seconds"), float),
-            **{f"{task}_{metric}": metrics.get(f"{task}/{metric}")
-               for task in TASKS for metric in ("auc", "ne", "calibration")},
-            "metrics": list(metrics.items()),
-            "manifest_path": str(path),
-        })
+        rows.append(
+            {
+                "model_version": version,
+                "created_at": _timestamp(manifest.get("created_at")),
+                "is_latest": version is not None and version == latest,
+                "preset": config.get("preset"),
+                "architecture": (config.get("model") or {}).get("architecture"),
+                "data_source": (config.get("data") or {}).get("source"),
+                "training_table": data.get("table"),
+                "training_delta_version": _number(data.get("delta_version"), int),
+                "train_days": train_days,
+                "first_train_day": min(known_days, default=None),
+                "last_train_day": max(known_days, default=None),
+                "holdout_days": _dates(data.get("holdout_days")),
+                "world_size": _number(manifest.get("world_size"), int),
+                "train_seconds": _number(manifest.get("train_seconds"), float),
+                **{
+                    f"{task}_{metric}": metrics.get(f"{task}/{metric}")
+                    for task in TASKS
+                    for metric in ("auc", "ne", "calibration")
+                },
+                "metrics": list(metrics.items()),
+                "manifest_path": str(path),
+            }
+        )
     return pa.Table.from_pylist(rows, schema=MODELS_SCHEMA)
 
 
@@ -356,18 +374,22 @@ def table_history_table(paths: GemPaths) -> pa.Table:
             if not isinstance(info, dict):
                 continue
             millis = _number(info.get("inCommitTimestamp"), int) or _number(info.get("timestamp"), int)
-            rows.append({
-                "table_name": name,
-                "version": int(match.group(1)),
-                "committed_at": None if millis is None else datetime.fromtimestamp(millis / 1000, UTC),
-                "operation": info.get("operation"),
-                "operation_parameters": _text_map(info.get("operationParameters")),
-                "operation_metrics": _text_map(info.get("operationMetrics")),
-                "read_version": _number(info.get("readVersion"), int),
-                "is_blind_append": info.get("isBlindAppend") if isinstance(info.get("isBlindAppend"), bool) else None,
-                "engine_info": info.get("engineInfo"),
-                "user_metadata": info.get("userMetadata"),
-            })
+            rows.append(
+                {
+                    "table_name": name,
+                    "version": int(match.group(1)),
+                    "committed_at": None if millis is None else datetime.fromtimestamp(millis / 1000, UTC),
+                    "operation": info.get("operation"),
+                    "operation_parameters": _text_map(info.get("operationParameters")),
+                    "operation_metrics": _text_map(info.get("operationMetrics")),
+                    "read_version": _number(info.get("readVersion"), int),
+                    "is_blind_append": info.get("isBlindAppend")
+                    if isinstance(info.get("isBlindAppend"), bool)
+                    else None,
+                    "engine_info": info.get("engineInfo"),
+                    "user_metadata": info.get("userMetadata"),
+                }
+            )
     return pa.Table.from_pylist(rows, schema=TABLE_HISTORY_SCHEMA)
 
 
@@ -466,9 +488,12 @@ def _body(statement: str) -> str:
     """`statement` without a trailing `;` and comments, so it can stand inside `SELECT * FROM (...)`."""
     marks = duckdb.tokenize(statement)
     ends = [p for p, _ in marks[1:]] + [len(statement)]
-    last = [end for (p, kind), end in zip(marks, ends)
-            if kind != duckdb.token_type.comment and statement[p:end].strip() != ";"]
-    return statement[:last[-1]].strip() if last else statement.strip()
+    last = [
+        end
+        for (p, kind), end in zip(marks, ends)
+        if kind != duckdb.token_type.comment and statement[p:end].strip() != ";"
+    ]
+    return statement[: last[-1]].strip() if last else statement.strip()
 
 
 class LakeSQL:
@@ -509,8 +534,9 @@ class LakeSQL:
             except Exception as error:  # delta-rs raises several types; the first line says what is wrong
                 reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                 self.unreadable[name] = f"{path} cannot be read by delta-rs ({reason})"
-                warnings.warn(f"{name} is skipped: {self.unreadable[name]}; the other tables can be queried",
-                              stacklevel=3)
+                warnings.warn(
+                    f"{name} is skipped: {self.unreadable[name]}; the other tables can be queried", stacklevel=3
+                )
         sources[f"{META_SCHEMA}.models"] = models_table(self.paths)
         sources[f"{META_SCHEMA}.table_history"] = table_history_table(self.paths)
         for name, source in sources.items():
@@ -556,12 +582,14 @@ class LakeSQL:
                 raise
             raise LakeSQLLimitError(
                 f"the statement ran past its time limit of {self.limits.timeout_s:g} s and was stopped; "
-                f"raise it with `gem sql --timeout SECONDS` (SQLLimits.timeout_s)") from error
+                f"raise it with `gem sql --timeout SECONDS` (SQLLimits.timeout_s)"
+            ) from error
         except duckdb.OutOfMemoryException as error:
             raise LakeSQLLimitError(
                 f"{str(error).strip().splitlines()[0]} (the session's memory_limit is "
                 f"{self.limits.memory_limit} and max_temp_directory_size {self.limits.max_temp_directory_size}; "
-                "raise them with `gem sql --memory-limit SIZE --max-temp-size SIZE` (SQLLimits))") from error
+                "raise them with `gem sql --memory-limit SIZE --max-temp-size SIZE` (SQLLimits))"
+            ) from error
 
     def _run(self, statement: str, parameters: list[object] | None = None) -> list[tuple[object, ...]]:
         with self._bounded():
@@ -585,8 +613,9 @@ class LakeSQL:
         parsed = parse_sql(text)
         for name in referenced_tables(text):
             if name in self.unreadable:
-                raise LakeSQLError(f"the query reads {name}, but {self.unreadable[name]}; "
-                                   "the other tables can be queried")
+                raise LakeSQLError(
+                    f"the query reads {name}, but {self.unreadable[name]}; the other tables can be queried"
+                )
         for (name,) in self._run("SELECT name FROM duckdb_variables()"):
             self._run(f"RESET VARIABLE {_quote(name)}")
         for _, declaration in parsed.declarations:
@@ -598,15 +627,19 @@ class LakeSQL:
     def _set_variable(self, parsed: ParsedSQL, name: str, value: object) -> None:
         if name not in parsed.variables:
             declared = ", ".join(parsed.variables) or "none"
-            raise LakeSQLError(f"variable {name!r} is not declared by this SQL (it declares: {declared}); "
-                               "a file declares its parameters with `SET VARIABLE name = default`")
+            raise LakeSQLError(
+                f"variable {name!r} is not declared by this SQL (it declares: {declared}); "
+                "a file declares its parameters with `SET VARIABLE name = default`"
+            )
         [(kind,)] = self._run("SELECT typeof(getvariable(?))", [name])
         kind = "VARCHAR" if kind == '"NULL"' else kind  # an untyped NULL default takes the text as it is
         try:
             self._run(f"SET VARIABLE {name} = CAST(? AS {kind})", [str(value)])
         except duckdb.Error as error:
-            raise LakeSQLError(f"variable {name}={str(value)!r} is not a {kind}, the type its default declares "
-                               f"({str(error).strip().splitlines()[0]})") from error
+            raise LakeSQLError(
+                f"variable {name}={str(value)!r} is not a {kind}, the type its default declares "
+                f"({str(error).strip().splitlines()[0]})"
+            ) from error
 
     def close(self) -> None:
         self._con.close()
@@ -615,8 +648,9 @@ class LakeSQL:
     def __enter__(self) -> LakeSQL:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -626,4 +660,3 @@ def _literal(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     return "'" + str(value).replace("'", "''") + "'"
-

@@ -35,8 +35,10 @@ from gem_model.config.validation import ConfigError, Name, merge, validate
 DOWNSTREAM_SECTIONS: frozenset[str] = frozenset({"promotion", "index", "export", "student"})
 # Settings that never change what a teacher learns from (how data lands; whether the calendar goes on after
 # the configured days): they do not rename it.
-LANDING_GUARDS: dict[str, tuple[str, ...]] = {"data": ("max_row_drop_fraction", "allow_outside_data_root"),
-                                              "world": ("open_ended",)}
+LANDING_GUARDS: dict[str, tuple[str, ...]] = {
+    "data": ("max_row_drop_fraction", "allow_outside_data_root"),
+    "world": ("open_ended",),
+}
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,9 @@ class GemConfig:
         return GemConfig(preset=name, **PRESETS[name])
 
     @staticmethod
-    def load(preset: str, overrides_path: str | None = None, data_source: str | None = None,
-             mapping: str | None = None) -> GemConfig:
+    def load(
+        preset: str, overrides_path: str | None = None, data_source: str | None = None, mapping: str | None = None
+    ) -> GemConfig:
         """A preset, optionally overridden by a JSON file of (partial) nested settings, then by `data_source`,
         then by a source `mapping` file (which makes the source "mapping").
 

@@ -13,8 +13,17 @@ SURFACES: tuple[str, ...] = ("feed", "stories", "reels", "messaging", "offsite")
 # `cvr` = P(conversion | click).
 TASKS: tuple[str, ...] = ("ctr", "cvr")
 # Where bronze comes from: the synthetic world, seven real public datasets, or the user's own logs (a mapping).
-DATA_SOURCES: tuple[str, ...] = ("synthetic", "taobao", "ali_ccp", "aliexpress", "criteo", "open_bandit", "frappe",
-                                 "movielens", "mapping")
+DATA_SOURCES: tuple[str, ...] = (
+    "synthetic",
+    "taobao",
+    "ali_ccp",
+    "aliexpress",
+    "criteo",
+    "open_bandit",
+    "frappe",
+    "movielens",
+    "mapping",
+)
 # The teacher (`gem`) and the baselines trained in the same framework.
 ARCHITECTURES: tuple[str, ...] = ("gem", "dlrm", "dcnv2", "lr")
 # What the per-surface students are trained from (`gem_model.distill.variants`).

@@ -27,17 +27,21 @@ def _buckets(*sizes: int) -> tuple[SparseFeature, ...]:
 PRESETS: dict[str, dict[str, object]] = {
     DEFAULT_PRESET: {},
     "small": {
-        "world": WorldConfig(n_days=8, n_users=5000, n_ads=1000, n_categories=24, n_advertisers=200,
-                             impressions_per_day=125_000),
-        "features": FeatureSpec(features=_buckets(16384, 64, 64, 16, 4096, 512, 64, 16, 16, 64, 8, 32),
-                                max_seq_len=1024),
+        "world": WorldConfig(
+            n_days=8, n_users=5000, n_ads=1000, n_categories=24, n_advertisers=200, impressions_per_day=125_000
+        ),
+        "features": FeatureSpec(
+            features=_buckets(16384, 64, 64, 16, 4096, 512, 64, 16, 16, 64, 8, 32), max_seq_len=1024
+        ),
         "train": TrainConfig(epochs=2, batch_size=512),
     },
     "medium": {
-        "world": WorldConfig(n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000,
-                             impressions_per_day=1_000_000),
-        "features": FeatureSpec(features=_buckets(131072, 64, 64, 16, 32768, 2048, 128, 16, 16, 64, 8, 32),
-                                max_seq_len=8192),
+        "world": WorldConfig(
+            n_days=10, n_users=50_000, n_ads=10_000, n_categories=48, n_advertisers=1000, impressions_per_day=1_000_000
+        ),
+        "features": FeatureSpec(
+            features=_buckets(131072, 64, 64, 16, 32768, 2048, 128, 16, 16, 64, 8, 32), max_seq_len=8192
+        ),
         "train": TrainConfig(epochs=1, batch_size=2048),
     },
 }

@@ -51,8 +51,13 @@ def field_descriptions(cls: type) -> dict[str, str]:
     body = next(node for node in tree.body if isinstance(node, ast.ClassDef)).body
     found = {}
     for stmt, after in zip(body, body[1:]):
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             found[stmt.target.id] = " ".join(after.value.value.split())
     return found
 
@@ -61,8 +66,10 @@ def describe_field(cls: type, name: str, key: str) -> str:
     """The description of field `name` of `cls` (dotted `key`); a ValueError naming the key if it has none."""
     text = field_descriptions(cls).get(name, "")
     if not text:
-        raise ValueError(f"config key {key} has no description: write a docstring under {cls.__name__}.{name} "
-                         f"({inspect.getsourcefile(cls)}), then run `{FIX}`")
+        raise ValueError(
+            f"config key {key} has no description: write a docstring under {cls.__name__}.{name} "
+            f"({inspect.getsourcefile(cls)}), then run `{FIX}`"
+        )
     return text
 
 
@@ -161,9 +168,13 @@ def _sections(cls: type, instance: Any, where: str, title: str) -> Iterator[str]
         elif (element := _elements(hints[f.name])) is not None:
             defaults = ", ".join(
                 f"`{e.name}` ({', '.join(str(getattr(e, g.name)) for g in dataclasses.fields(e)[1:])})"
-                for e in getattr(instance, f.name))
-            yield (f"### `{key}[]`: each element\n\n{_summary(element)}\n\n{_HEADER}\n"
-                   + "\n".join(_rows(element, None, f"{key}[]")) + f"\n\nThe default {key}: {defaults}.\n")
+                for e in getattr(instance, f.name)
+            )
+            yield (
+                f"### `{key}[]`: each element\n\n{_summary(element)}\n\n{_HEADER}\n"
+                + "\n".join(_rows(element, None, f"{key}[]"))
+                + f"\n\nThe default {key}: {defaults}.\n"
+            )
 
 
 def _leaves(value: Any, where: str = "") -> Iterator[tuple[str, Any]]:
@@ -189,20 +200,23 @@ def presets_markdown() -> str:
     defaults = dict(_leaves(GemConfig()))
     keys = [k for k in defaults if k != "preset" and any(v[k] != defaults[k] for v in values.values())]
     rows = ["| key | " + " | ".join(f"`{name}`" for name in PRESETS) + " |", "|---" * (len(PRESETS) + 1) + "|"]
-    rows += ["| " + " | ".join([f"`{k}`", *(_cell(_preset_value(values[n][k])) for n in PRESETS)]) + " |"
-             for k in keys]
-    return ("## Presets\n\nGEM_PRESET picks one (default `tiny`, the defaults above); the keys a preset sets away "
-            "from the defaults (for `features.features`, each feature's `buckets`):\n\n" + "\n".join(rows) + "\n\n"
-            "Frappe and MovieLens have GEM_CONFIG files that make their own fields features and set their calendar: "
-            "`gem_model/configs/<source>.json`.\n")
+    rows += ["| " + " | ".join([f"`{k}`", *(_cell(_preset_value(values[n][k])) for n in PRESETS)]) + " |" for k in keys]
+    return (
+        "## Presets\n\nGEM_PRESET picks one (default `tiny`, the defaults above); the keys a preset sets away "
+        "from the defaults (for `features.features`, each feature's `buckets`):\n\n" + "\n".join(rows) + "\n\n"
+        "Frappe and MovieLens have GEM_CONFIG files that make their own fields features and set their calendar: "
+        "`gem_model/configs/<source>.json`.\n"
+    )
 
 
 def _naming() -> str:
     """Which keys name a model version (`GemConfig.fingerprint`)."""
     downstream = [f"`{f.name}`" for f in dataclasses.fields(GemConfig) if f.name in DOWNSTREAM_SECTIONS]
     guards = [f"`{section}.{key}`" for section, keys in LANDING_GUARDS.items() for key in keys]
-    return (f"The sections read only after the teacher is trained ({', '.join(downstream)}) and the landing's "
-            f"guards ({', '.join(guards)}) do not rename a model version; every other key is hashed into its name.\n")
+    return (
+        f"The sections read only after the teacher is trained ({', '.join(downstream)}) and the landing's "
+        f"guards ({', '.join(guards)}) do not rename a model version; every other key is hashed into its name.\n"
+    )
 
 
 def render() -> str:
@@ -212,8 +226,10 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gem_model.config.reference",
-                                     description="Print docs/CONFIG.md, the config reference, from the code.")
+    parser = argparse.ArgumentParser(
+        prog="python -m gem_model.config.reference",
+        description="Print docs/CONFIG.md, the config reference, from the code.",
+    )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", metavar="DOC", type=Path, help="write the reference to DOC")
     action.add_argument("--check", metavar="DOC", type=Path, help="exit 1 when DOC is not the reference")

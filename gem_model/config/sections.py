@@ -114,8 +114,10 @@ class WorldConfig:
                 f"ads on day one, fewer than world.n_categories={self.n_categories}; raise n_ads"
             )
         if self.start_date > date.max - timedelta(days=self.n_days - 1):
-            raise ConfigError(f"world.start_date={self.start_date.isoformat()} with world.n_days={self.n_days} "
-                              f"runs past {date.max.isoformat()}; start the calendar earlier")
+            raise ConfigError(
+                f"world.start_date={self.start_date.isoformat()} with world.n_days={self.n_days} "
+                f"runs past {date.max.isoformat()}; start the calendar earlier"
+            )
 
     @property
     def days(self) -> list[date]:
@@ -160,12 +162,16 @@ class DataConfig:
     def __post_init__(self) -> None:
         validate(self, "data")
         if self.mapping and self.source != "mapping":
-            raise ConfigError(f"data.mapping={self.mapping!r} is set but data.source={self.source!r}; set data.source "
-                              "to 'mapping' to read it (GEM_SOURCE_MAPPING sets both)")
+            raise ConfigError(
+                f"data.mapping={self.mapping!r} is set but data.source={self.source!r}; set data.source "
+                "to 'mapping' to read it (GEM_SOURCE_MAPPING sets both)"
+            )
         low, high = self.click_rate_bounds
         if low > high:
-            raise ConfigError(f"data.click_rate_bounds={list(self.click_rate_bounds)}: the low bound exceeds the "
-                              "high one; give [low, high]")
+            raise ConfigError(
+                f"data.click_rate_bounds={list(self.click_rate_bounds)}: the low bound exceeds the "
+                "high one; give [low, high]"
+            )
 
 
 @dataclass(frozen=True)
@@ -253,8 +259,9 @@ class FeatureSpec:
         ad_attributes = [f.name for f in self.side("ad") if f.name != self.sequence_table]
         for name in self.sequence_item_attributes:
             if name not in ad_attributes:
-                raise ConfigError(f"features.sequence_item_attributes: {name!r} is not an ad attribute; "
-                                 f"choose from {ad_attributes}")
+                raise ConfigError(
+                    f"features.sequence_item_attributes: {name!r} is not an ad attribute; choose from {ad_attributes}"
+                )
 
     def by_name(self, name: str) -> SparseFeature:
         for f in self.features:
@@ -269,9 +276,13 @@ class FeatureSpec:
     def mapping(self) -> str:
         """Fingerprint of how values map to embedding rows (each feature's buckets and encoding, the sequence's
         columns): the feature tables record it, and rows mapped two ways never meet in a table or a model."""
-        rows = {"features": [[f.name, f.buckets, f.encoding] for f in self.features],
-                "sequence_table": self.sequence_table, "action_buckets": self.action_buckets,
-                "age_buckets": self.age_buckets, "sequence_item_attributes": list(self.sequence_item_attributes)}
+        rows = {
+            "features": [[f.name, f.buckets, f.encoding] for f in self.features],
+            "sequence_table": self.sequence_table,
+            "action_buckets": self.action_buckets,
+            "age_buckets": self.age_buckets,
+            "sequence_item_attributes": list(self.sequence_item_attributes),
+        }
         return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:10]
 
     @property
@@ -309,8 +320,12 @@ class FeatureSpec:
         Contiguous groups, so the sparse arch splits one KJT into the EmbeddingBagCollection's,
         the EmbeddingCollection's and the sequence arch's inputs.
         """
-        return (*(f.name for f in self.pooled_features), self.sequence_table, self.sequence_feature,
-                *self.sequence_side_columns)
+        return (
+            *(f.name for f in self.pooled_features),
+            self.sequence_table,
+            self.sequence_feature,
+            *self.sequence_side_columns,
+        )
 
     @property
     def domain(self) -> SparseFeature:
@@ -424,11 +439,15 @@ class ExperimentalConfig:
     def __post_init__(self) -> None:
         validate(self, "model.experimental")
         if self.pffn == "gdpa" and not self.interleave:
-            raise ConfigError("model.experimental.pffn='gdpa' personalises the events from the non-sequential side, "
-                              "which reaches only an interleaved pyramid: set model.experimental.interleave=true")
+            raise ConfigError(
+                "model.experimental.pffn='gdpa' personalises the events from the non-sequential side, "
+                "which reaches only an interleaved pyramid: set model.experimental.interleave=true"
+            )
         if self.comp_skip and not self.seed_pooling:
-            raise ConfigError("model.experimental.comp_skip needs model.experimental.seed_pooling=true: a layer "
-                              "without self-attention summarises its tokens by seed pooling")
+            raise ConfigError(
+                "model.experimental.comp_skip needs model.experimental.seed_pooling=true: a layer "
+                "without self-attention summarises its tokens by seed pooling"
+            )
 
 
 @dataclass(frozen=True)
@@ -474,13 +493,17 @@ class ModelConfig:
         validate(self, "model")
         experimental = self.experimental
         if experimental.comp_skip and len(self.sequence.pyramid) < 2:
-            raise ConfigError(f"model.experimental.comp_skip needs at least 2 pyramid layers, got "
-                              f"model.sequence.pyramid={list(self.sequence.pyramid)}")
+            raise ConfigError(
+                f"model.experimental.comp_skip needs at least 2 pyramid layers, got "
+                f"model.sequence.pyramid={list(self.sequence.pyramid)}"
+            )
         for name in ("n_fm", "n_lc"):
             if getattr(self.wukong, name) % experimental.wukong_experts:
-                raise ConfigError(f"model.wukong.{name}={getattr(self.wukong, name)} must be divisible by "
-                                  f"model.experimental.wukong_experts={experimental.wukong_experts}: each expert "
-                                  "makes an equal share")
+                raise ConfigError(
+                    f"model.wukong.{name}={getattr(self.wukong, name)} must be divisible by "
+                    f"model.experimental.wukong_experts={experimental.wukong_experts}: each expert "
+                    "makes an equal share"
+                )
 
 
 @dataclass(frozen=True)
@@ -670,15 +693,28 @@ class StudentConfig:
     held-out label loss.
     """
 
-    features: Names = ("user_id", "age_bucket", "country", "device", "ad_id", "advertiser_id",
-                       "category", "ad_format", "objective", "position")
+    features: Names = (
+        "user_id",
+        "age_bucket",
+        "country",
+        "device",
+        "ad_id",
+        "advertiser_id",
+        "category",
+        "ad_format",
+        "objective",
+        "position",
+    )
     """The teacher's features a student embeds (not the domain feature: one student per value of it)."""
     embedding_dim: Width = 8
     """Width of a student's embedding rows."""
     dense_dims: tuple[Width, ...] = (64, 32)
     """Hidden layers of a student's MLP."""
     variants: Annotated[tuple[Annotated[str, OneOf(STUDENT_VARIANTS)], ...], NonEmpty(), Distinct()] = (
-        "labels", "kd", "adapter")
+        "labels",
+        "kd",
+        "adapter",
+    )
     """What is trained (`gem_model.distill.variants`): `labels` only, `kd` (+ distillation from the teacher's
     logits), `adapter` (+ the Student Adapter's targets and the teacher's embeddings), and two ablations."""
     eval_days: Days = 1

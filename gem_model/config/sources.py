@@ -30,8 +30,12 @@ class ConfigSources:
 
     @staticmethod
     def from_env() -> ConfigSources:
-        return ConfigSources(os.environ.get("GEM_PRESET") or DEFAULT_PRESET, os.environ.get("GEM_CONFIG") or None,
-                             os.environ.get("GEM_DATA_SOURCE") or None, os.environ.get("GEM_SOURCE_MAPPING") or None)
+        return ConfigSources(
+            os.environ.get("GEM_PRESET") or DEFAULT_PRESET,
+            os.environ.get("GEM_CONFIG") or None,
+            os.environ.get("GEM_DATA_SOURCE") or None,
+            os.environ.get("GEM_SOURCE_MAPPING") or None,
+        )
 
 
 _OVERRIDES_EXAMPLE = '{"train": {"epochs": 1}, "world": {"n_days": 10}}'
@@ -44,8 +48,9 @@ def read_overrides(path: Path) -> dict[str, Any]:
     try:
         text = read_document(path)
     except FileNotFoundError:
-        raise ConfigError(f"{where} does not exist; point GEM_CONFIG at an existing file, or unset it to use "
-                          "the preset alone") from None
+        raise ConfigError(
+            f"{where} does not exist; point GEM_CONFIG at an existing file, or unset it to use the preset alone"
+        ) from None
     except OSError as e:
         raise ConfigError(f"{where} cannot be read ({e}); point GEM_CONFIG at a readable UTF-8 JSON file") from None
     except DocumentError as e:

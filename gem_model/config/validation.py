@@ -185,12 +185,19 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints, fields = type_hints(cls), dataclasses.fields(cls)
     names = {f.name for f in fields}
     unknown = sorted(set(data) - names)
-    missing = [f.name for f in fields if f.name not in data
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if unknown or missing:
-        raise ConfigError(f"{_in(where)}: " + "; ".join(
-            ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"missing key(s) {missing}"] if missing else []))
-            + f"; valid keys are {sorted(names)}")
+        raise ConfigError(
+            f"{_in(where)}: "
+            + "; ".join(
+                ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"missing key(s) {missing}"] if missing else [])
+            )
+            + f"; valid keys are {sorted(names)}"
+        )
     return cls(**{k: convert(v, hints[k], _join(where, k)) for k, v in data.items()})
 
 
@@ -235,8 +242,15 @@ def describe(hint: Any) -> str:
 def kind_of(value: Any) -> str:
     if dataclasses.is_dataclass(value):
         return f"a {type(value).__name__}"
-    for types, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-                        ((list, tuple), "an array"), (dict, "an object"), (type(None), "null")):
+    for types, name in (
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a float"),
+        (str, "a string"),
+        ((list, tuple), "an array"),
+        (dict, "an object"),
+        (type(None), "null"),
+    ):
         if isinstance(value, types):
             return name
     return f"a {type(value).__name__}"

@@ -77,13 +77,19 @@ def require_mapping(path: Path, mapping: str, version: int | None = None, reader
         return
     built = f"with feature mapping {found}" if found else "before feature mappings were recorded"
     tables = ", ".join(str(path.parents[1] / t) for t in FEATURE_TABLES)
-    rebuild = (f"rebuild the lake's feature tables with this config: remove {tables} (bronze stays) and materialise "
-               "the feature assets again (`make demo`, or `python -m jobs.build_features`)")
-    fix = (f"Use the config that built it (a model keeps its features), or {rebuild}" if reader
-           else f"To move the lake to this mapping, {rebuild}")
+    rebuild = (
+        f"rebuild the lake's feature tables with this config: remove {tables} (bronze stays) and materialise "
+        "the feature assets again (`make demo`, or `python -m jobs.build_features`)"
+    )
+    fix = (
+        f"Use the config that built it (a model keeps its features), or {rebuild}"
+        if reader
+        else f"To move the lake to this mapping, {rebuild}"
+    )
     raise FeatureMappingError(
         f"{path.parent.name}.{path.name} was built {built}; this config's features map values to embedding rows as "
-        f"{mapping} (features.features' buckets or encodings differ), and rows mapped two ways must not meet. {fix}")
+        f"{mapping} (features.features' buckets or encodings differ), and rows mapped two ways must not meet. {fix}"
+    )
 
 
 def ds_filter(start: date | None, end: date | None) -> pc.Expression | None:
@@ -101,7 +107,7 @@ def _jagged(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = column.combine_chunks()
     arr = pc.fill_null(arr, pa.scalar([], arr.type))
     offsets = arr.offsets.to_numpy()
-    values = arr.values.to_numpy()[offsets[0]:offsets[-1]] if len(arr) else np.zeros(0, np.int64)
+    values = arr.values.to_numpy()[offsets[0] : offsets[-1]] if len(arr) else np.zeros(0, np.int64)
     return values, np.diff(offsets).astype(np.int64)
 
 
@@ -126,14 +132,17 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
     seq_lengths = None
-    for key, column in ((spec.sequence_feature, spec.sequence_idx_column),
-                        *((c, c) for c in spec.sequence_side_columns)):
+    for key, column in (
+        (spec.sequence_feature, spec.sequence_idx_column),
+        *((c, c) for c in spec.sequence_side_columns),
+    ):
         keys.append(key)
         if column in names:
             vals, lens = _jagged(table.column(column))
             if seq_lengths is not None and not np.array_equal(lens, seq_lengths):
-                raise ValueError(f"column {column} is not aligned with {spec.sequence_idx_column}; "
-                                 "rebuild the feature table")
+                raise ValueError(
+                    f"column {column} is not aligned with {spec.sequence_idx_column}; rebuild the feature table"
+                )
             seq_lengths = lens
             values.append(vals)
             lengths.append(lens)
@@ -145,8 +154,9 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
     )
 
 
-def _assign(fragments: list[pads.Fragment], world_size: int,
-            filter: pc.Expression | None) -> list[list[tuple[pads.Fragment, int]]]:
+def _assign(
+    fragments: list[pads.Fragment], world_size: int, filter: pc.Expression | None
+) -> list[list[tuple[pads.Fragment, int]]]:
     """Whole files to ranks, largest first to the rank with the fewest rows: deterministic and balanced."""
     sized = [(f, f.count_rows(filter=filter)) for f in fragments]
     shards: list[list[tuple[pads.Fragment, int]]] = [[] for _ in range(world_size)]
@@ -159,22 +169,28 @@ def _assign(fragments: list[pads.Fragment], world_size: int,
     return shards
 
 
-def rank_fragments(dataset: pads.Dataset, filter: pc.Expression | None, rank: int,
-                   world_size: int) -> list[pads.Fragment]:
+def rank_fragments(
+    dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int
+) -> list[pads.Fragment]:
     """This rank's share of `dataset`'s row groups (each a fragment), balanced by rows, same on every rank."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
-    row_groups = [rg for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
-                  for rg in f.split_by_row_group(filter=filter)]
+    row_groups = [
+        rg
+        for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
+        for rg in f.split_by_row_group(filter=filter)
+    ]
     return [fragment for fragment, _ in _assign(row_groups, world_size, filter)[rank]]
 
 
-def scan_rank(dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int,
-              columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
+def scan_rank(
+    dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int, columns: list[str], batch_rows: int
+) -> Iterator[pa.Table]:
     """This rank's rows of `dataset` in tables of at most `batch_rows` rows, read row group by row group."""
     for fragment in rank_fragments(dataset, filter, rank, world_size):
-        for record_batch in fragment.to_batches(schema=dataset.schema, columns=columns, filter=filter,
-                                                batch_size=batch_rows):
+        for record_batch in fragment.to_batches(
+            schema=dataset.schema, columns=columns, filter=filter, batch_size=batch_rows
+        ):
             if record_batch.num_rows:
                 yield pa.Table.from_batches([record_batch])
 
@@ -191,24 +207,39 @@ class Batch:
 class ExampleStream:
     """Fixed-size batches of `gold.training_examples` rows for one rank."""
 
-    def __init__(self, path: Path, spec: FeatureSpec, batch_size: int, rank: int = 0, world_size: int = 1,
-                 version: int | None = None, start: date | None = None, end: date | None = None,
-                 shuffle_buffer: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        spec: FeatureSpec,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        version: int | None = None,
+        start: date | None = None,
+        end: date | None = None,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.spec, self.batch_size, self.rank, self.world_size = spec, batch_size, rank, world_size
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.dataset = open_delta(path, version, spec)
         self.filter = ds_filter(start, end)
-        wanted = [f.idx_column for f in spec.features] + [spec.sequence_idx_column, *spec.sequence_side_columns,
-                                                          *LABEL_COLUMNS, *KEY_COLUMNS]
+        wanted = [f.idx_column for f in spec.features] + [
+            spec.sequence_idx_column,
+            *spec.sequence_side_columns,
+            *LABEL_COLUMNS,
+            *KEY_COLUMNS,
+        ]
         names = set(self.dataset.schema.names)
         missing = [c for c in wanted if c not in names]
         if missing:
             raise ValueError(f"{path} lacks columns {missing}; rebuild it with the current FeatureSpec")
         self.columns = wanted + [c for c in TRUTH_COLUMNS if c in names]
-        self.fragments = _assign(sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path),
-                                 world_size, self.filter)
+        self.fragments = _assign(
+            sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path), world_size, self.filter
+        )
         self.total_rows = sum(rows for shard in self.fragments for _, rows in shard)
         if self.total_rows == 0:
             raise ValueError(f"no rows in {path} for ds in [{start}, {end}); check the partitions exist")
@@ -230,8 +261,9 @@ class ExampleStream:
             rng = np.random.default_rng([self.seed, self.rank, self.epoch])
             shard = [shard[i] for i in rng.permutation(len(shard))]
         for fragment in shard:
-            for record_batch in fragment.to_batches(schema=self.dataset.schema, columns=self.columns,
-                                                    filter=self.filter):
+            for record_batch in fragment.to_batches(
+                schema=self.dataset.schema, columns=self.columns, filter=self.filter
+            ):
                 if record_batch.num_rows:
                     yield pa.Table.from_batches([record_batch])
 

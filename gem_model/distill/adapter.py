@@ -65,20 +65,35 @@ class StudentAdapter(nn.Module):
     @torch.no_grad()
     def adapt(self, teacher_logit: np.ndarray, surface: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """The adapted logits [N] of numpy inputs (surface as strings)."""
-        return self(torch.from_numpy(teacher_logit.astype(np.float32)), self.surface_index(surface),
-                    torch.tensor(ids, dtype=torch.int64)).numpy()
+        return self(
+            torch.from_numpy(teacher_logit.astype(np.float32)),
+            self.surface_index(surface),
+            torch.tensor(ids, dtype=torch.int64),
+        ).numpy()
 
 
-def fit_adapter(adapter: StudentAdapter, teacher_logit: np.ndarray, surface: np.ndarray, ids: np.ndarray,
-                labels: np.ndarray, prior_sd: float, max_iter: int = 200) -> dict[str, float]:
+def fit_adapter(
+    adapter: StudentAdapter,
+    teacher_logit: np.ndarray,
+    surface: np.ndarray,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    prior_sd: float,
+    max_iter: int = 200,
+) -> dict[str, float]:
     """MAP fit of `adapter` on one window's rows; returns its mean log loss before and after (in-sample)."""
     if len(labels) == 0:
         raise ValueError("the Student Adapter has no rows to fit on; check the adapter days have impressions")
     z = torch.from_numpy(teacher_logit.astype(np.float32))
     s, x = adapter.surface_index(surface), torch.tensor(ids, dtype=torch.int64)
     y = torch.from_numpy(labels.astype(np.float32))
-    optimizer = torch.optim.LBFGS(adapter.parameters(), max_iter=max_iter, line_search_fn="strong_wolfe",
-                                  tolerance_grad=1e-9, tolerance_change=1e-12)
+    optimizer = torch.optim.LBFGS(
+        adapter.parameters(),
+        max_iter=max_iter,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+    )
 
     def objective() -> torch.Tensor:
         optimizer.zero_grad()
@@ -94,9 +109,16 @@ def fit_adapter(adapter: StudentAdapter, teacher_logit: np.ndarray, surface: np.
     return {"rows": float(len(y)), "positives": float(y.sum()), "log_loss_teacher": before, "log_loss_adapted": after}
 
 
-def fit_adapter_with_prior_choice(make: Callable[[], StudentAdapter], teacher_logit: np.ndarray, surface: np.ndarray,
-                                  ids: np.ndarray, labels: np.ndarray, prior_sds: tuple[float, ...],
-                                  holdout_fraction: float, seed: int) -> tuple[StudentAdapter, dict[str, Any]]:
+def fit_adapter_with_prior_choice(
+    make: Callable[[], StudentAdapter],
+    teacher_logit: np.ndarray,
+    surface: np.ndarray,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    prior_sds: tuple[float, ...],
+    holdout_fraction: float,
+    seed: int,
+) -> tuple[StudentAdapter, dict[str, Any]]:
     """Choose the per-id prior by held-out log loss, then refit on every row.
 
     How far the ids have drifted is a property of the data, not a constant: on `small` the click
@@ -106,17 +128,22 @@ def fit_adapter_with_prior_choice(make: Callable[[], StudentAdapter], teacher_lo
     `holdout_fraction` of the rows and scored on the rest.
     """
     order = np.random.default_rng(seed).permutation(len(labels))
-    held, kept = order[:round(len(order) * holdout_fraction)], order[round(len(order) * holdout_fraction):]
+    held, kept = order[: round(len(order) * holdout_fraction)], order[round(len(order) * holdout_fraction) :]
     if len(held) == 0 or len(kept) == 0:
-        raise ValueError(f"the Student Adapter has {len(labels)} rows, too few to hold out "
-                         f"student.validation_fraction={holdout_fraction} of them; widen student.adapter_days")
+        raise ValueError(
+            f"the Student Adapter has {len(labels)} rows, too few to hold out "
+            f"student.validation_fraction={holdout_fraction} of them; widen student.adapter_days"
+        )
     scores = {}
     for prior_sd in prior_sds:
         candidate = make()
         fit_adapter(candidate, teacher_logit[kept], surface[kept], ids[kept], labels[kept], prior_sd)
         adapted = candidate.adapt(teacher_logit[held], surface[held], ids[held])
-        scores[prior_sd] = float(F.binary_cross_entropy_with_logits(torch.from_numpy(adapted),
-                                                                    torch.from_numpy(labels[held].astype(np.float32))))
+        scores[prior_sd] = float(
+            F.binary_cross_entropy_with_logits(
+                torch.from_numpy(adapted), torch.from_numpy(labels[held].astype(np.float32))
+            )
+        )
     chosen = min(scores, key=scores.__getitem__)
     adapter = make()
     fit = fit_adapter(adapter, teacher_logit, surface, ids, labels, chosen)

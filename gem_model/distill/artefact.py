@@ -33,8 +33,12 @@ METRIC_COLUMNS = ("auc", "ne", "calibration", "log_loss", "rows", "positives")
 
 def student_version(cfg: GemConfig, teacher_version: str) -> str:
     settings = cfg.to_dict()
-    payload = {"teacher": teacher_version, "student": settings["student"], "features": settings["features"],
-               "calendar": StudentCalendar.from_config(cfg).to_dict()}
+    payload = {
+        "teacher": teacher_version,
+        "student": settings["student"],
+        "features": settings["features"],
+        "calendar": StudentCalendar.from_config(cfg).to_dict(),
+    }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
     return f"student-{teacher_version}-{digest}"
 
@@ -77,11 +81,13 @@ def load_student(directory: Path, surface: str, variant: str) -> StudentModel:
     path = directory / "students" / surface / f"{variant}.pt"
     if not path.is_file():
         trained = sorted(str(p.relative_to(directory / "students")) for p in directory.glob("students/*/*.pt"))
-        raise FileNotFoundError(f"student {directory.name} has no {variant!r} model for surface {surface!r}; "
-                                f"trained: {trained}")
+        raise FileNotFoundError(
+            f"student {directory.name} has no {variant!r} model for surface {surface!r}; trained: {trained}"
+        )
     model = build_student(GemConfig.from_dict(manifest["config"]), VARIANTS[variant], manifest["teacher"]["repr_dim"])
-    model.load_state_dict(torch.load(_verified(directory, manifest, f"students/{surface}/{variant}.pt"),
-                                     weights_only=True))
+    model.load_state_dict(
+        torch.load(_verified(directory, manifest, f"students/{surface}/{variant}.pt"), weights_only=True)
+    )
     return model.eval()
 
 
@@ -102,9 +108,13 @@ def metric_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
         if metric in METRIC_COLUMNS:
             grouped.setdefault((variant, scope[0] if scope else "all", task), {})[metric] = value
     evaluation = manifest["calendar"]["eval"]
-    stamp = {"student_version": manifest["student_version"], "model_version": manifest["teacher"]["model_version"],
-             "eval_start": date.fromisoformat(evaluation[0]), "eval_end": date.fromisoformat(evaluation[-1]),
-             "created_at": datetime.fromisoformat(manifest["created_at"])}
+    stamp = {
+        "student_version": manifest["student_version"],
+        "model_version": manifest["teacher"]["model_version"],
+        "eval_start": date.fromisoformat(evaluation[0]),
+        "eval_end": date.fromisoformat(evaluation[-1]),
+        "created_at": datetime.fromisoformat(manifest["created_at"]),
+    }
     rows = []
     for (variant, surface, task), values in sorted(grouped.items()):
         row: dict[str, Any] = {**stamp, "variant": variant, "surface": surface, "task": task}

@@ -57,7 +57,7 @@ class StudentCalendar:
                 f"student.adapter_days={st.adapter_days} exceeds the {len(train)} student training day(s) "
                 "(world.holdout_days - student.eval_days); lower student.adapter_days"
             )
-        return StudentCalendar(train, train[-st.adapter_days:], after_teacher[-st.eval_days:])
+        return StudentCalendar(train, train[-st.adapter_days :], after_teacher[-st.eval_days :])
 
     @property
     def days(self) -> tuple[date, ...]:
@@ -96,8 +96,12 @@ class StudentData:
         return self.table.column(name).to_numpy(zero_copy_only=False)
 
     def where(self, mask: np.ndarray) -> StudentData:
-        return StudentData(self.table.filter(pa.array(mask)), self.user_embedding[mask], self.ad_embedding[mask],
-                           self.missing_embeddings)
+        return StudentData(
+            self.table.filter(pa.array(mask)),
+            self.user_embedding[mask],
+            self.ad_embedding[mask],
+            self.missing_embeddings,
+        )
 
     def on_days(self, days: tuple[date, ...]) -> StudentData:
         return self.where(np.isin(self.column("ds"), np.array(days, dtype="datetime64[D]")))
@@ -133,12 +137,18 @@ def read_examples(paths: GemPaths, cfg: GemConfig, days: tuple[date, ...]) -> pa
         raise ValueError(f"gold.training_examples lacks columns {missing}; rebuild it with the current FeatureSpec")
     columns = [*KEY_COLUMNS, *LABEL_COLUMNS, *(c for c in TRUTH_COLUMNS if c in names), *idx]
     table = dataset.to_table(columns=columns, filter=_day_filter(days))
-    _require_days(table, days, "gold.training_examples",
-                  "materialise build_features_job for those partitions (or python -m jobs.build_features)")
+    _require_days(
+        table,
+        days,
+        "gold.training_examples",
+        "materialise build_features_job for those partitions (or python -m jobs.build_features)",
+    )
     for column in idx:
         if table.column(column).null_count:
-            raise ValueError(f"gold.training_examples.{column} has {table.column(column).null_count} nulls on the "
-                             "student days; rebuild those partitions")
+            raise ValueError(
+                f"gold.training_examples.{column} has {table.column(column).null_count} nulls on the "
+                "student days; rebuild those partitions"
+            )
     return table
 
 
@@ -148,11 +158,17 @@ def read_teacher_logits(paths: GemPaths, model_version: str, days: tuple[date, .
         columns=["impression_id", "ds", *LOGIT_COLUMNS],
         filter=(pc.field("model_version") == model_version) & _day_filter(days),
     )
-    _require_days(table, days, f"gold.teacher_logits for model_version={model_version!r}",
-                  f"materialise export_job for those partitions with model_version={model_version!r}")
+    _require_days(
+        table,
+        days,
+        f"gold.teacher_logits for model_version={model_version!r}",
+        f"materialise export_job for those partitions with model_version={model_version!r}",
+    )
     if pc.count_distinct(table.column("impression_id")).as_py() != table.num_rows:
-        raise ValueError(f"gold.teacher_logits has duplicate impression_id rows for model_version={model_version!r} "
-                         f"on ds={[d.isoformat() for d in days]}; re-materialise export_job for those partitions")
+        raise ValueError(
+            f"gold.teacher_logits has duplicate impression_id rows for model_version={model_version!r} "
+            f"on ds={[d.isoformat() for d in days]}; re-materialise export_job for those partitions"
+        )
     return table
 
 
@@ -179,14 +195,16 @@ def _aligned(ids: np.ndarray, vectors: np.ndarray, wanted: np.ndarray) -> tuple[
     return out, int((~found).sum())
 
 
-def load_student_data(paths: GemPaths, cfg: GemConfig, manifest: dict[str, Any],
-                      calendar: StudentCalendar) -> StudentData:
+def load_student_data(
+    paths: GemPaths, cfg: GemConfig, manifest: dict[str, Any], calendar: StudentCalendar
+) -> StudentData:
     """Examples, teacher logits and embeddings of the teacher `manifest`'s version on the student days."""
     version = manifest["model_version"]
     calendar.check_teacher(manifest)
     repr_dim = int(manifest["config"]["model"]["repr_dim"])
-    table = join_teacher(read_examples(paths, cfg, calendar.days), read_teacher_logits(paths, version, calendar.days),
-                         version)
+    table = join_teacher(
+        read_examples(paths, cfg, calendar.days), read_teacher_logits(paths, version, calendar.days), version
+    )
     days = table.column("ds").to_numpy(zero_copy_only=False)
     users, ads = np.zeros((len(days), repr_dim), np.float32), np.zeros((len(days), repr_dim), np.float32)
     missing = {"user_id": 0, "ad_id": 0}

@@ -28,8 +28,9 @@ def sparse_input(ids: torch.Tensor, keys: list[str]) -> KeyedJaggedTensor:
     batch, n_features = ids.shape
     if n_features != len(keys):
         raise ValueError(f"ids has {n_features} feature columns, the student has {len(keys)}: {keys}")
-    return KeyedJaggedTensor(keys=keys, values=ids.T.reshape(-1), lengths=torch.ones(batch * n_features,
-                                                                                     dtype=torch.int64))
+    return KeyedJaggedTensor(
+        keys=keys, values=ids.T.reshape(-1), lengths=torch.ones(batch * n_features, dtype=torch.int64)
+    )
 
 
 def embedding_inputs(user: np.ndarray, ad: np.ndarray) -> np.ndarray:
@@ -43,8 +44,16 @@ class StudentModel(nn.Module):
         self.keys = [f.name for f in features]
         self.dense_dim = dense_dim
         self.sparse_arch = EmbeddingBagCollection(
-            tables=[EmbeddingBagConfig(name=f"t_{f.name}", num_embeddings=f.buckets, embedding_dim=cfg.embedding_dim,
-                                       feature_names=[f.name], pooling=PoolingType.SUM) for f in features],
+            tables=[
+                EmbeddingBagConfig(
+                    name=f"t_{f.name}",
+                    num_embeddings=f.buckets,
+                    embedding_dim=cfg.embedding_dim,
+                    feature_names=[f.name],
+                    pooling=PoolingType.SUM,
+                )
+                for f in features
+            ],
         )
         self.over_arch = mlp(len(features) * cfg.embedding_dim + dense_dim, cfg.dense_dims, 2)
 
@@ -65,8 +74,10 @@ class StudentModel(nn.Module):
     def predict(self, ids: np.ndarray, dense: np.ndarray, batch_rows: int = 4096) -> np.ndarray:
         """logits [N, 2] of every row, in eval mode."""
         self.eval()
-        parts = [self(torch.from_numpy(ids[i:i + batch_rows]), torch.from_numpy(dense[i:i + batch_rows]))
-                 for i in range(0, len(ids), batch_rows)]
+        parts = [
+            self(torch.from_numpy(ids[i : i + batch_rows]), torch.from_numpy(dense[i : i + batch_rows]))
+            for i in range(0, len(ids), batch_rows)
+        ]
         return torch.cat(parts).numpy() if parts else np.zeros((0, 2), np.float32)
 
 

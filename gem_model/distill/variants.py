@@ -65,8 +65,12 @@ class Inputs:
         return self.dense if variant.embeddings else self.dense[:, :0]
 
     def take(self, rows: np.ndarray) -> Inputs:
-        return Inputs(**{name: getattr(self, name)[rows] for name in
-                         ("ids", "dense", "clicked", "converted", "teacher", "adapted")})
+        return Inputs(
+            **{
+                name: getattr(self, name)[rows]
+                for name in ("ids", "dense", "clicked", "converted", "teacher", "adapted")
+            }
+        )
 
 
 @dataclass
@@ -102,11 +106,19 @@ def fit_adapters(data: StudentData, cfg: GemConfig) -> tuple[dict[str, StudentAd
     st = cfg.student
     ids, surface = _ids(data, cfg, st.adapter_features), data.column("surface")
     clicked, converted = data.column("clicked").astype(bool), data.column("converted").astype(bool)
-    for k, (task, logit, rows, labels) in enumerate((("ctr", "ctr_logit", np.ones(len(data), bool), clicked),
-                                                     ("cvr", "cvr_logit", clicked, converted))):
+    for k, (task, logit, rows, labels) in enumerate(
+        (("ctr", "ctr_logit", np.ones(len(data), bool), clicked), ("cvr", "cvr_logit", clicked, converted))
+    ):
         adapters[task], fits[task] = fit_adapter_with_prior_choice(
-            lambda: make_adapter(cfg), data.column(logit)[rows], surface[rows], ids[rows], labels[rows],
-            st.adapter_prior_sds, st.validation_fraction, seed=st.seed + k)
+            lambda: make_adapter(cfg),
+            data.column(logit)[rows],
+            surface[rows],
+            ids[rows],
+            labels[rows],
+            st.adapter_prior_sds,
+            st.validation_fraction,
+            seed=st.seed + k,
+        )
     return adapters, fits
 
 
@@ -114,11 +126,14 @@ def make_inputs(data: StudentData, cfg: GemConfig, adapters: dict[str, StudentAd
     teacher = np.stack([data.column(c).astype(np.float32) for c in LOGIT_COLUMNS], axis=1)
     context, surface = _ids(data, cfg, cfg.student.adapter_features), data.column("surface")
     adapted = np.stack([adapters[t].adapt(teacher[:, i], surface, context) for i, t in enumerate(TASKS)], axis=1)
-    return Inputs(ids=_ids(data, cfg, cfg.student.features),
-                  dense=embedding_inputs(data.user_embedding, data.ad_embedding),
-                  clicked=data.column("clicked").astype(np.float32),
-                  converted=data.column("converted").astype(np.float32),
-                  teacher=teacher, adapted=adapted.astype(np.float32))
+    return Inputs(
+        ids=_ids(data, cfg, cfg.student.features),
+        dense=embedding_inputs(data.user_embedding, data.ad_embedding),
+        clicked=data.column("clicked").astype(np.float32),
+        converted=data.column("converted").astype(np.float32),
+        teacher=teacher,
+        adapted=adapted.astype(np.float32),
+    )
 
 
 def build_student(cfg: GemConfig, variant: Variant, repr_dim: int) -> StudentModel:
@@ -168,7 +183,7 @@ def fit_student(model: StudentModel, variant: Variant, inputs: Inputs, cfg: GemC
     for epoch in range(st.epochs):
         batches = np.random.default_rng([st.seed, seed, epoch]).permutation(n)
         for start in range(0, n, st.batch_size):
-            rows = batches[start:start + st.batch_size]
+            rows = batches[start : start + st.batch_size]
             logits = model(torch.from_numpy(fit.ids[rows]), torch.from_numpy(dense[rows]))
             loss = label_loss(logits, torch.from_numpy(fit.clicked[rows]), torch.from_numpy(fit.converted[rows]))
             if target is not None and st.kd_weight > 0:
@@ -190,8 +205,11 @@ def _scored(data: StudentData, logits: np.ndarray) -> pa.Table:
     p_ctr = 1 / (1 + np.exp(-logits[:, 0].astype(np.float64)))
     p_cvr = 1 / (1 + np.exp(-logits[:, 1].astype(np.float64)))
     keep = [c for c in ("surface", "clicked", "converted", "p_click", "p_convert") if c in data.table.column_names]
-    return data.table.select(keep).append_column("pred_ctr", pa.array(p_ctr)).append_column(
-        "pred_ctcvr", pa.array(p_ctr * p_cvr))
+    return (
+        data.table.select(keep)
+        .append_column("pred_ctr", pa.array(p_ctr))
+        .append_column("pred_ctcvr", pa.array(p_ctr * p_cvr))
+    )
 
 
 def _prefixed(name: str, metrics: dict[str, float]) -> dict[str, float]:
@@ -213,12 +231,14 @@ def gains(metrics: dict[str, float], surfaces: list[str]) -> dict[str, dict[str,
     for scope in ("all", *surfaces):
         prefix = "" if scope == "all" else f"{scope}/"
         for task in TASKS:
+
             def get(variant: str, metric: str, prefix: str = prefix, task: str = task) -> float:
                 return metrics.get(f"{variant}/{prefix}{task}/{metric}", math.nan)
 
             kd, adapter = get("labels", "ne") - get("kd", "ne"), get("labels", "ne") - get("adapter", "ne")
             out.setdefault(scope, {})[task] = {
-                "kd_ne_gain": kd, "adapter_ne_gain": adapter,
+                "kd_ne_gain": kd,
+                "adapter_ne_gain": adapter,
                 # Only where KD helps: against a KD loss the ratio's sign says nothing.
                 "ne_gain_ratio": adapter / kd if kd > 0 else math.nan,
                 "kd_auc_gain": get("kd", "auc") - get("labels", "auc"),
@@ -251,19 +271,36 @@ def train_students(data: StudentData, calendar: StudentCalendar, cfg: GemConfig,
             models.setdefault(surface, {})[name] = model
             eval_logits[name].append(model.predict(eval_inputs.ids, eval_inputs.dense_for(variant)))
     if not eval_parts:
-        raise ValueError(f"no surface has impressions on both the student training days {calendar.to_dict()['train']} "
-                         f"and evaluation days {calendar.to_dict()['eval']}")
-    scored_rows = StudentData(pa.concat_tables([p.table for p in eval_parts]),
-                              np.concatenate([p.user_embedding for p in eval_parts]),
-                              np.concatenate([p.ad_embedding for p in eval_parts]))
+        raise ValueError(
+            f"no surface has impressions on both the student training days {calendar.to_dict()['train']} "
+            f"and evaluation days {calendar.to_dict()['eval']}"
+        )
+    scored_rows = StudentData(
+        pa.concat_tables([p.table for p in eval_parts]),
+        np.concatenate([p.user_embedding for p in eval_parts]),
+        np.concatenate([p.ad_embedding for p in eval_parts]),
+    )
     reference = make_inputs(scored_rows, cfg, adapters)
-    predictors = {"teacher": reference.teacher, "teacher_adapted": reference.adapted,
-                  **{name: np.concatenate(parts) for name, parts in eval_logits.items()}}
+    predictors = {
+        "teacher": reference.teacher,
+        "teacher_adapted": reference.adapted,
+        **{name: np.concatenate(parts) for name, parts in eval_logits.items()},
+    }
     metrics: dict[str, float] = {}
     for name, logits in predictors.items():
         metrics.update(_prefixed(name, holdout_metrics(_scored(scored_rows, logits))))
     surfaces = sorted(models)
-    speed = {name: inference_ms_per_1000(models[surfaces[0]][name], reference.ids, reference.dense_for(variant))
-             for name, variant in variants.items()}
-    return StudentRun(models=models, adapters=adapters, adapter_fit=adapter_fit, metrics=metrics,
-                      gains=gains(metrics, surfaces), rows=rows, fits=fits, inference_ms_per_1000=speed)
+    speed = {
+        name: inference_ms_per_1000(models[surfaces[0]][name], reference.ids, reference.dense_for(variant))
+        for name, variant in variants.items()
+    }
+    return StudentRun(
+        models=models,
+        adapters=adapters,
+        adapter_fit=adapter_fit,
+        metrics=metrics,
+        gains=gains(metrics, surfaces),
+        rows=rows,
+        fits=fits,
+        inference_ms_per_1000=speed,
+    )

@@ -51,16 +51,29 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
     if examples.count_rows(filter=day) == 0:
         raise ValueError(f"gold.training_examples has no rows for ds={ds}; materialise that partition first")
     if not users.is_dir():
-        raise FileNotFoundError(f"no users' scoring input at {users}; write it with "
-                                "gem_lake.export_tables.write_user_input (the scored_tables asset does)")
+        raise FileNotFoundError(
+            f"no users' scoring input at {users}; write it with "
+            "gem_lake.export_tables.write_user_input (the scored_tables asset does)"
+        )
     return {
-        "user_embeddings": ScoringInput(pads.dataset(users, format="parquet"), None, ["user_id", *user, *sequence],
-                                        lambda m, t, d: score_embeddings(m, t, "user_id", d)),
-        "ad_embeddings": ScoringInput(open_delta(paths.table("silver.ad_features"), spec=spec), None, ["ad_id", *ad],
-                                      lambda m, t, d: score_embeddings(m, t, "ad_id", d)),
-        "teacher_logits": ScoringInput(examples, day, ["impression_id", "user_id", "ad_id", "surface",
-                                                       *(f.idx_column for f in spec.features), *sequence],
-                                       score_impressions),
+        "user_embeddings": ScoringInput(
+            pads.dataset(users, format="parquet"),
+            None,
+            ["user_id", *user, *sequence],
+            lambda m, t, d: score_embeddings(m, t, "user_id", d),
+        ),
+        "ad_embeddings": ScoringInput(
+            open_delta(paths.table("silver.ad_features"), spec=spec),
+            None,
+            ["ad_id", *ad],
+            lambda m, t, d: score_embeddings(m, t, "ad_id", d),
+        ),
+        "teacher_logits": ScoringInput(
+            examples,
+            day,
+            ["impression_id", "user_id", "ad_id", "surface", *(f.idx_column for f in spec.features), *sequence],
+            score_impressions,
+        ),
     }
 
 
@@ -79,8 +92,15 @@ class Progress:
             self.log(f"{self.name}: {self.rows:,}/{self.total:,} rows on rank 0, {rate:,.0f} rows/s, ETA {eta:.0f}s")
 
 
-def _score_input(loaded: LoadedModel, source: ScoringInput, ds: date, env: DistEnv, chunk_rows: int,
-                 part: Path, progress: Progress | None) -> int:
+def _score_input(
+    loaded: LoadedModel,
+    source: ScoringInput,
+    ds: date,
+    env: DistEnv,
+    chunk_rows: int,
+    part: Path,
+    progress: Progress | None,
+) -> int:
     """Stream this rank's share of `source` through the model into one Parquet part; returns its rows."""
     writer: pq.ParquetWriter | None = None
     rows = 0
@@ -98,21 +118,35 @@ def _score_input(loaded: LoadedModel, source: ScoringInput, ds: date, env: DistE
     return rows
 
 
-def score_day(paths: GemPaths, model_version: str, ds: date, users: Path, out: Path, env: DistEnv,
-              export: ExportConfig, log: Callable[[str], None]) -> dict[str, int]:
+def score_day(
+    paths: GemPaths,
+    model_version: str,
+    ds: date,
+    users: Path,
+    out: Path,
+    env: DistEnv,
+    export: ExportConfig,
+    log: Callable[[str], None],
+) -> dict[str, int]:
     """Score this rank's shards of the day; returns the row counts summed over all ranks."""
     loaded = load_model(paths.model_dir(model_version), env.device, bf16=export.bf16)
     counts = {}
     for name, source in scoring_inputs(paths, loaded, ds, users).items():
-        share = sum(f.count_rows(filter=source.filter) for f in
-                    rank_fragments(source.dataset, source.filter, env.rank, env.world_size))
+        share = sum(
+            f.count_rows(filter=source.filter)
+            for f in rank_fragments(source.dataset, source.filter, env.rank, env.world_size)
+        )
         progress = Progress(name, share, export.progress_every_chunks, log) if env.rank == 0 else None
-        rows = _score_input(loaded, source, ds, env, export.chunk_rows, out / name / f"part-{env.rank:05d}.parquet",
-                            progress)
+        rows = _score_input(
+            loaded, source, ds, env, export.chunk_rows, out / name / f"part-{env.rank:05d}.parquet", progress
+        )
         total = torch.tensor([rows], dtype=torch.int64)
         dist.all_reduce(total)
         counts[name] = int(total.item())
     if env.rank == 0:
-        (out / SUCCESS_FILE).write_text(json.dumps({"model_version": model_version, "ds": ds.isoformat(),
-                                                    "world_size": env.world_size, "rows": counts}))
+        (out / SUCCESS_FILE).write_text(
+            json.dumps(
+                {"model_version": model_version, "ds": ds.isoformat(), "world_size": env.world_size, "rows": counts}
+            )
+        )
     return counts

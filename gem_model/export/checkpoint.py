@@ -63,8 +63,10 @@ def teacher_config(manifest: dict[str, Any]) -> GemConfig:
     try:
         return GemConfig.from_dict({**teacher, "student": student})
     except ConfigError as e:
-        raise ConfigError(f"model version {manifest.get('model_version')!r} was trained with a config this code no "
-                          f"longer reads ({e}); materialise teacher_model again to train it anew") from None
+        raise ConfigError(
+            f"model version {manifest.get('model_version')!r} was trained with a config this code no "
+            f"longer reads ({e}); materialise teacher_model again to train it anew"
+        ) from None
 
 
 def load_model(model_dir: Path, device: torch.device | None = None, bf16: bool = False) -> LoadedModel:
@@ -75,9 +77,11 @@ def load_model(model_dir: Path, device: torch.device | None = None, bf16: bool =
     if not checkpoint.is_dir():
         raise CorruptArtefactError(f"{checkpoint} is missing (the manifest is there); {retrain_hint(model_dir)}")
     if "checkpoint_files" not in manifest:
-        raise CorruptArtefactError(f"{model_dir / 'manifest.json'} records no checkpoint_files to verify the "
-                                   "checkpoint against (written before checksums were kept); "
-                                   f"{retrain_hint(model_dir)}")
+        raise CorruptArtefactError(
+            f"{model_dir / 'manifest.json'} records no checkpoint_files to verify the "
+            "checkpoint against (written before checksums were kept); "
+            f"{retrain_hint(model_dir)}"
+        )
     verify_files(checkpoint, manifest["checkpoint_files"], retrain_hint(model_dir))
     config = teacher_config(manifest)
     model = GemModel(config.features, config.model)

@@ -79,8 +79,10 @@ def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> faiss
     try:
         index = faiss.index_factory(vectors.shape[1], f"IDMap,{factory}", faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as err:
-        raise ValueError(f"index.factory={factory!r} cannot index {vectors.shape[1]}-dimensional vectors: the m "
-                         f"of PQ<m> must divide {vectors.shape[1]} ({err})") from err
+        raise ValueError(
+            f"index.factory={factory!r} cannot index {vectors.shape[1]}-dimensional vectors: the m "
+            f"of PQ<m> must divide {vectors.shape[1]} ({err})"
+        ) from err
     inner = faiss.downcast_index(index.index)
     if isinstance(inner, faiss.IndexIVFPQ):
         # The factory turns on polysemous training (reorders codes for Hamming pre-filtering, which we never
@@ -105,12 +107,17 @@ def _training_sample(vectors: np.ndarray, factory: str, cfg: IndexConfig) -> np.
             "to index it exactly"
         )
     n = train_rows(len(vectors), factory, cfg)
-    sample = vectors if n == len(vectors) else vectors[np.sort(
-        np.random.default_rng(TRAIN_SEED).choice(len(vectors), n, replace=False))]
+    sample = (
+        vectors
+        if n == len(vectors)
+        else vectors[np.sort(np.random.default_rng(TRAIN_SEED).choice(len(vectors), n, replace=False))]
+    )
     if n < 39 * needed:
-        warnings.warn(f"index.factory={factory!r}: {n} training rows for {needed} centroids, under the 39 a "
-                      "centroid k-means needs for stable lists; expect lower recall or raise index.train_sample",
-                      stacklevel=3)
+        warnings.warn(
+            f"index.factory={factory!r}: {n} training rows for {needed} centroids, under the 39 a "
+            "centroid k-means needs for stable lists; expect lower recall or raise index.train_sample",
+            stacklevel=3,
+        )
     return sample
 
 
@@ -145,8 +152,10 @@ def recall_at_k(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, querie
 
 def _rebuild_hint(directory: Path) -> str:
     name, version, ds = directory.parts[-3:]
-    return (f"rebuild it: gem export --ds {ds} --model-version {version} (or materialise indexes/{name} for "
-            f"partition {ds} with that model version)")
+    return (
+        f"rebuild it: gem export --ds {ds} --model-version {version} (or materialise indexes/{name} for "
+        f"partition {ds} with that model version)"
+    )
 
 
 def current_build(directory: Path) -> Path:
@@ -182,8 +191,16 @@ def _publish(directory: Path, build: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def publish_index(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, directory: Path,
-                  cfg: IndexConfig, model_version: str, ds: date, source_table: str) -> dict[str, Any]:
+def publish_index(
+    vectors: np.ndarray,
+    ids: np.ndarray,
+    queries: np.ndarray,
+    directory: Path,
+    cfg: IndexConfig,
+    model_version: str,
+    ds: date,
+    source_table: str,
+) -> dict[str, Any]:
     """Build, measure (on the build device) and atomically publish an index; returns its manifest."""
     factory = factory_for(len(vectors), cfg)
     device = index_device(factory)

@@ -48,8 +48,9 @@ def score_embeddings(loaded: LoadedModel, rows: pa.Table, id_column: str, ds: da
     return _stamp(columns, rows.num_rows, loaded, ds)
 
 
-def read_embeddings(paths: GemPaths, table: str, id_column: str, model_version: str, ds: date,
-                    dimension: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_embeddings(
+    paths: GemPaths, table: str, id_column: str, model_version: str, ds: date, dimension: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(ids [N], vectors [N, R]) of one model version and day of an exported embedding table.
 
     With `dimension`, vectors of another length (a table written by another model) are an error.
@@ -59,14 +60,18 @@ def read_embeddings(paths: GemPaths, table: str, id_column: str, model_version: 
         filter=(pc.field("model_version") == model_version) & (pc.field("ds") == pa.scalar(ds, pa.date32())),
     )
     if rows.num_rows == 0:
-        raise ValueError(f"{table} has no rows for model_version={model_version!r}, ds={ds}; "
-                         "materialise the scored tables for that partition first")
+        raise ValueError(
+            f"{table} has no rows for model_version={model_version!r}, ds={ds}; "
+            "materialise the scored tables for that partition first"
+        )
     lengths = set(pc.list_value_length(rows.column("embedding")).to_pylist())
     expected = {dimension} if dimension is not None else lengths
     if len(lengths) != 1 or lengths != expected:
-        raise ValueError(f"{table} embeddings of model_version={model_version!r}, ds={ds} have lengths "
-                         f"{sorted(lengths)}, expected {sorted(expected)} (model.repr_dim of the model's "
-                         "manifest); re-score the partition with that model")
+        raise ValueError(
+            f"{table} embeddings of model_version={model_version!r}, ds={ds} have lengths "
+            f"{sorted(lengths)}, expected {sorted(expected)} (model.repr_dim of the model's "
+            "manifest); re-score the partition with that model"
+        )
     vectors = np.stack(rows.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
     return rows.column(id_column).to_numpy(), vectors
 

@@ -37,8 +37,7 @@ class DCNv2Arch(nn.Module):
     def __init__(self, config: ModelConfig, n_features: int) -> None:
         super().__init__()
         self.out_dim = (n_features + 1) * config.embedding_dim
-        self.cross = LowRankCrossNet(in_features=self.out_dim, num_layers=config.dcn_layers,
-                                     low_rank=config.dcn_rank)
+        self.cross = LowRankCrossNet(in_features=self.out_dim, num_layers=config.dcn_layers, low_rank=config.dcn_rank)
 
     def forward(self, x: torch.Tensor, sparse: SparseOutput) -> torch.Tensor:
         return self.cross(torch.cat([x, sparse.seq_mean.unsqueeze(1)], dim=1).flatten(1))

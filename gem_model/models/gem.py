@@ -83,8 +83,10 @@ class GemModel(nn.Module):
         jt = features[self.spec.domain.name]
         lengths = jt.lengths()
         if bool((lengths != 1).any()):
-            raise ValueError(f"every row needs exactly one {self.spec.domain.name!r} id to rank; "
-                             "embed users or ads alone with user_embedding() / ad_embedding()")
+            raise ValueError(
+                f"every row needs exactly one {self.spec.domain.name!r} id to rank; "
+                "embed users or ads alone with user_embedding() / ad_embedding()"
+            )
         return jt.values()  # one id per row, in row order
 
     def _logits(self, features: KeyedJaggedTensor, sparse: SparseOutput) -> torch.Tensor:
@@ -93,8 +95,9 @@ class GemModel(nn.Module):
 
     def forward(self, features: KeyedJaggedTensor) -> GemOutput:
         sparse = self.sparse_arch(features)
-        return GemOutput(logits=self._logits(features, sparse), user_embedding=self._user(sparse),
-                         ad_embedding=self._ad(sparse))
+        return GemOutput(
+            logits=self._logits(features, sparse), user_embedding=self._user(sparse), ad_embedding=self._ad(sparse)
+        )
 
     def logits(self, features: KeyedJaggedTensor) -> torch.Tensor:
         """[B, T] task logits alone: scoring skips the two towers that forward() also runs for training."""

@@ -15,8 +15,9 @@ from gem_model.modules.mlp import mlp
 
 
 class MultiSurfaceHeads(nn.Module):
-    def __init__(self, in_dim: int, shared_dims: tuple[int, ...], surface_dims: tuple[int, ...],
-                 n_surfaces: int, n_tasks: int) -> None:
+    def __init__(
+        self, in_dim: int, shared_dims: tuple[int, ...], surface_dims: tuple[int, ...], n_surfaces: int, n_tasks: int
+    ) -> None:
         super().__init__()
         if len(surface_dims) != 1:
             raise ValueError(f"model.surface_dims={surface_dims} must have one hidden layer")

@@ -80,25 +80,37 @@ class InterFormerArch(nn.Module):
         self.interleaved = config.use_sequence and experimental.interleave
         joins_each_layer = n_summary if self.interleaved else 0
         n_ins = [n_features + (0 if config.use_sequence else 1)] + [n_out] * (n_layers - 1)
-        self.interaction = nn.ModuleList([
-            wukong_layer(n + joins_each_layer, d, config.wukong, experimental.wukong_experts) if config.use_wukong
-            else MLPLayer(n + joins_each_layer, n_out, d, config.wukong.mlp_dims)
-            for n in n_ins
-        ])
+        self.interaction = nn.ModuleList(
+            [
+                wukong_layer(n + joins_each_layer, d, config.wukong, experimental.wukong_experts)
+                if config.use_wukong
+                else MLPLayer(n + joins_each_layer, n_out, d, config.wukong.mlp_dims)
+                for n in n_ins
+            ]
+        )
         if config.use_sequence:
             self.tokenizer = SequenceTokenizer(spec, d, seq.dim, seq.match_candidate)
             # Computation Skip: the first, third, ... layers skip self-attention and pool a fresh summary; the
             # others attend and reuse the summary pooled just before.
             skips = [experimental.comp_skip and i % 2 == 0 for i in range(n_layers)]
-            self.sequence = nn.ModuleList([
-                SequenceLayer(seq, experimental, keep, personalised=self.interleaved, context_dim=n * d,
-                              attends=not skip)
-                for keep, n, skip in zip(seq.pyramid, n_ins, skips)])
+            self.sequence = nn.ModuleList(
+                [
+                    SequenceLayer(
+                        seq, experimental, keep, personalised=self.interleaved, context_dim=n * d, attends=not skip
+                    )
+                    for keep, n, skip in zip(seq.pyramid, n_ins, skips)
+                ]
+            )
             # Interleaved: a summary per layer; otherwise one, of the last layer, joined at the top.
             if self.interleaved:
-                self.summaries = nn.ModuleList([
-                    SequenceSummary(seq, experimental, d, max_len=n, pools=not (experimental.comp_skip and i % 2 == 1))
-                    for i, n in enumerate(self.max_lengths)])
+                self.summaries = nn.ModuleList(
+                    [
+                        SequenceSummary(
+                            seq, experimental, d, max_len=n, pools=not (experimental.comp_skip and i % 2 == 1)
+                        )
+                        for i, n in enumerate(self.max_lengths)
+                    ]
+                )
                 self.messages = nn.ModuleList([NonSeqSummary(n, d, config) for n in n_ins])
             else:
                 self.summaries = nn.ModuleList([SequenceSummary(seq, experimental, d, max_len=self.max_lengths[-1])])

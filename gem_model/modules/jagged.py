@@ -34,8 +34,9 @@ def segment_mean(values: torch.Tensor, rows: torch.Tensor, n_rows: int) -> torch
     return total / count
 
 
-def concat_rows(a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor,
-                b_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def concat_rows(
+    a: torch.Tensor, a_lengths: torch.Tensor, b: torch.Tensor, b_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row-wise concatenation: row i of the result is a's row i then b's row i.
 
     Returns (values [La + Lb, D], lengths [B], a_index [La], b_index [Lb]: where a's and b's tokens landed).
@@ -59,8 +60,9 @@ def first_tokens(values: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.T
     return out.index_put((rows[keep], pos[keep]), values[keep])
 
 
-def keep_first(values: torch.Tensor, lengths: torch.Tensor,
-               k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def keep_first(
+    values: torch.Tensor, lengths: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Split each row into its first k tokens and the rest.
 
     Returns (kept values, kept lengths [B], mean of the dropped tokens [B, D], rows_with_dropped [B] bool).

@@ -43,30 +43,39 @@ class SequenceTokenizer(nn.Module):
     def __init__(self, spec: FeatureSpec, embedding_dim: int, dim: int, match_candidate: bool = False) -> None:
         super().__init__()
         self.item = nn.Linear(embedding_dim, dim)
-        self.side = nn.ModuleDict({name: nn.Embedding(buckets, dim)
-                                   for name, buckets in spec.sequence_side_columns.items()})
+        self.side = nn.ModuleDict(
+            {name: nn.Embedding(buckets, dim) for name, buckets in spec.sequence_side_columns.items()}
+        )
         # Per item attribute: a row for "differs from the target ad's" (0) and one for "equals it" (1); empty
         # where the spec gives the events no attributes.
-        self.match = nn.ModuleDict({column: nn.Embedding(2, dim) for column in spec.sequence_attribute_columns.values()}
-                                   if match_candidate else {})
+        self.match = nn.ModuleDict(
+            {column: nn.Embedding(2, dim) for column in spec.sequence_attribute_columns.values()}
+            if match_candidate
+            else {}
+        )
 
     def forward(self, items: torch.Tensor, side: dict[str, torch.Tensor]) -> torch.Tensor:
         tokens = self.item(items)
         for name, table in self.side.items():
             ids = side[name]
             if ids.numel() != items.shape[0]:
-                raise ValueError(f"sequence side column {name} has {ids.numel()} ids for {items.shape[0]} events; "
-                                 "the feature table must carry it aligned with the sequence")
+                raise ValueError(
+                    f"sequence side column {name} has {ids.numel()} ids for {items.shape[0]} events; "
+                    "the feature table must carry it aligned with the sequence"
+                )
             tokens = tokens + table(ids)
         return tokens
 
-    def candidate_match(self, side: dict[str, torch.Tensor], candidate_side: dict[str, torch.Tensor],
-                        lengths: torch.Tensor) -> torch.Tensor:
+    def candidate_match(
+        self, side: dict[str, torch.Tensor], candidate_side: dict[str, torch.Tensor], lengths: torch.Tensor
+    ) -> torch.Tensor:
         """[L, Ds] each event's match rows (call only where `self.match` has tables): its attribute id against its
         row's target ad's ([B], -1 where absent); a missing id (row 0) matches nothing."""
         rows = row_ids(lengths)
-        return sum(table(((side[column] == candidate_side[column].index_select(0, rows)) & (side[column] > 0)).long())
-                   for column, table in self.match.items())
+        return sum(
+            table(((side[column] == candidate_side[column].index_select(0, rows)) & (side[column] > 0)).long())
+            for column, table in self.match.items()
+        )
 
 
 class JaggedAttentionBlock(nn.Module):
@@ -85,9 +94,17 @@ class JaggedAttentionBlock(nn.Module):
         """x [L, Ds] jagged; rows end with `n_global` tokens that a sliding window leaves global."""
         q, k, v = self.qkv(self.norm_attn(x)).view(-1, 3, self.heads, self.dim // self.heads).unbind(1)
         windowed = self.window > 0 and max_len > 2 * self.window + 1  # shorter rows: the window is the whole row
-        attended = jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets_of(lengths),
-                                    max_seq_len=max_len, causal=False, activation=self.activation,
-                                    window=self.window if windowed else None, n_global=n_global if windowed else 0)
+        attended = jagged_attention(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            offsets_of(lengths),
+            max_seq_len=max_len,
+            causal=False,
+            activation=self.activation,
+            window=self.window if windowed else None,
+            n_global=n_global if windowed else 0,
+        )
         x = x + self.out(attended.reshape(-1, self.dim))
         return x + self.ffn(self.norm_ffn(x))
 
@@ -149,20 +166,37 @@ class SequenceLayer(nn.Module):
     False: Computation Skip), then keep the `keep` newest tokens and pool the rest into one. `context_dim` is
     the width of the flattened non-sequential side that a GDPA PFFN reads."""
 
-    def __init__(self, config: SequenceConfig, experimental: ExperimentalConfig, keep: int, personalised: bool,
-                 context_dim: int = 0, attends: bool = True) -> None:
+    def __init__(
+        self,
+        config: SequenceConfig,
+        experimental: ExperimentalConfig,
+        keep: int,
+        personalised: bool,
+        context_dim: int = 0,
+        attends: bool = True,
+    ) -> None:
         super().__init__()
         self.keep = keep
         self.pffn: nn.Module | None = None
         if personalised:
-            self.pffn = (GDPAPersonalizedFFN(config.dim, config.heads, experimental.pffn_kv,
-                                             experimental.pffn_activation, context_dim)
-                         if experimental.pffn == "gdpa" else PersonalizedFFN(config.dim, experimental.pffn_rank))
-        self.block = (JaggedAttentionBlock(config.dim, config.heads, experimental.attention_activation,
-                                           experimental.attention_window) if attends else None)
+            self.pffn = (
+                GDPAPersonalizedFFN(
+                    config.dim, config.heads, experimental.pffn_kv, experimental.pffn_activation, context_dim
+                )
+                if experimental.pffn == "gdpa"
+                else PersonalizedFFN(config.dim, experimental.pffn_rank)
+            )
+        self.block = (
+            JaggedAttentionBlock(
+                config.dim, config.heads, experimental.attention_activation, experimental.attention_window
+            )
+            if attends
+            else None
+        )
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor,
-                message: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int, cls: torch.Tensor, message: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens [L, Ds], lengths [B], cls [B, C, Ds], message (the PFFN's gate [B, r] or context [B, C']) ->
         (tokens' [L', Ds], lengths', cls_out [B, C, Ds], the level: every token before the truncation [L, Ds]); a
         layer that skips attention returns its CLS tokens as they came."""
@@ -174,7 +208,8 @@ class SequenceLayer(nn.Module):
         if self.block is None:
             return *self._truncate(tokens, lengths), cls, tokens
         merged, merged_lengths, token_at, cls_at = concat_rows(
-            tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls))
+            tokens, lengths, cls.reshape(b * n_cls, dim), torch.full_like(lengths, n_cls)
+        )
         merged = self.block(merged, merged_lengths, max_len + n_cls, n_global=n_cls)
         level = merged.index_select(0, token_at)
         return *self._truncate(level, lengths), merged.index_select(0, cls_at).view(b, n_cls, dim), level
@@ -199,22 +234,37 @@ class SequenceSummary(nn.Module):
     before the pyramid truncates it (rows of at most `max_len` tokens). A summary that does not `pool` (a
     Computation Skip layer that attends) is handed the pooled tokens of the layer before."""
 
-    def __init__(self, config: SequenceConfig, experimental: ExperimentalConfig, embedding_dim: int, max_len: int,
-                 pools: bool = True) -> None:
+    def __init__(
+        self,
+        config: SequenceConfig,
+        experimental: ExperimentalConfig,
+        embedding_dim: int,
+        max_len: int,
+        pools: bool = True,
+    ) -> None:
         super().__init__()
         self.seed_pooling, self.n_recent = experimental.seed_pooling, config.n_recent
         self.n_tokens = summary_tokens(config, experimental)
         self.proj = nn.Linear(config.dim, embedding_dim)
         if self.seed_pooling:
-            self.hsp = (HierarchicalSeedPooling(experimental, config.dim, config.heads, embedding_dim, max_len)
-                        if pools else None)
+            self.hsp = (
+                HierarchicalSeedPooling(experimental, config.dim, config.heads, embedding_dim, max_len)
+                if pools
+                else None
+            )
             self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
         else:
             self.gate = nn.Linear(self.n_tokens * config.dim, self.n_tokens)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, cls_out: torch.Tensor, level: torch.Tensor,
-                level_lengths: torch.Tensor, pooled: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        cls_out: torch.Tensor,
+        level: torch.Tensor,
+        level_lengths: torch.Tensor,
+        pooled: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer's output tokens [L', Ds] (lengths [B]), CLS outputs and level [L, Ds] (level_lengths [B]) ->
         (summary [B, n_tokens, D], the HSP tokens [B, T, D] for a later layer to reuse, or None)."""
         if self.seed_pooling:
@@ -233,4 +283,3 @@ class SequenceSummary(nn.Module):
 def pyramid_max_lengths(spec: FeatureSpec, config: SequenceConfig) -> list[int]:
     """Upper bound on row length entering each layer (a kept row may carry one pooled token)."""
     return [spec.max_seq_len] + [keep + 1 for keep in config.pyramid[:-1]]
-

@@ -44,15 +44,28 @@ class SparseArch(nn.Module):
         self.spec = spec
         self.splits = [len(spec.pooled_features), 2, len(spec.sequence_side_columns)]
         self.ebc = EmbeddingBagCollection(
-            tables=[EmbeddingBagConfig(name=f"t_{f.name}", num_embeddings=f.buckets, embedding_dim=embedding_dim,
-                                       feature_names=[f.name], pooling=PoolingType.SUM)
-                    for f in spec.pooled_features],
+            tables=[
+                EmbeddingBagConfig(
+                    name=f"t_{f.name}",
+                    num_embeddings=f.buckets,
+                    embedding_dim=embedding_dim,
+                    feature_names=[f.name],
+                    pooling=PoolingType.SUM,
+                )
+                for f in spec.pooled_features
+            ],
             device=device,
         )
         item = spec.item_feature
         self.ec = EmbeddingCollection(
-            tables=[EmbeddingConfig(name=f"t_{item.name}", num_embeddings=item.buckets, embedding_dim=embedding_dim,
-                                    feature_names=[item.name, spec.sequence_feature])],
+            tables=[
+                EmbeddingConfig(
+                    name=f"t_{item.name}",
+                    num_embeddings=item.buckets,
+                    embedding_dim=embedding_dim,
+                    feature_names=[item.name, spec.sequence_feature],
+                )
+            ],
             device=device,
         )
 
@@ -64,7 +77,13 @@ class SparseArch(nn.Module):
         target, seq = items[self.spec.sequence_table], items[self.spec.sequence_feature]
         pooled[self.spec.sequence_table] = target.to_padded_dense(desired_length=1).squeeze(1)
         side = side_in.to_dict()
-        return SparseOutput(pooled=pooled, seq_values=seq.values(), seq_lengths=seq.lengths().long(),
-                            seq_side={name: side[name].values() for name in self.spec.sequence_side_columns},
-                            candidate_side={column: pooled_in[name].to_padded_dense(1, padding_value=-1).squeeze(1)
-                                            for name, column in self.spec.sequence_attribute_columns.items()})
+        return SparseOutput(
+            pooled=pooled,
+            seq_values=seq.values(),
+            seq_lengths=seq.lengths().long(),
+            seq_side={name: side[name].values() for name in self.spec.sequence_side_columns},
+            candidate_side={
+                column: pooled_in[name].to_padded_dense(1, padding_value=-1).squeeze(1)
+                for name, column in self.spec.sequence_attribute_columns.items()
+            },
+        )

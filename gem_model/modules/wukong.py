@@ -82,8 +82,9 @@ class WukongExperts(nn.Module):
         super().__init__()
         m = n_experts
         if n_in < m:
-            raise ValueError(f"model.experimental.wukong_experts={m} is above the {n_in} embeddings a layer takes; "
-                             "lower it")
+            raise ValueError(
+                f"model.experimental.wukong_experts={m} is above the {n_in} embeddings a layer takes; lower it"
+            )
         self.sizes = [n_in // m + (1 if i < n_in % m else 0) for i in range(m)]
         share = dataclasses.replace(config, n_fm=config.n_fm // m, n_lc=config.n_lc // m)
         self.experts = nn.ModuleList([WukongLayer(n, dim, share) for n in self.sizes])

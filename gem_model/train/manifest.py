@@ -14,8 +14,10 @@ from gem_model.integrity import read_manifest_file
 
 
 def retrain_hint(model_dir: Path) -> str:
-    return (f"the model version cannot be used: materialise teacher_model again to re-train it (its version name "
-            f"is derived from the config and data), or delete {model_dir} and use another version")
+    return (
+        f"the model version cannot be used: materialise teacher_model again to re-train it (its version name "
+        f"is derived from the config and data), or delete {model_dir} and use another version"
+    )
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:

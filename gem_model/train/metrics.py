@@ -28,7 +28,7 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
         j = i
         while j + 1 < len(sorted_scores) and sorted_scores[j + 1] == sorted_scores[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
         i = j + 1
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 

@@ -77,17 +77,23 @@ class PromotionDecision:
 
     def check_metadata(self) -> dict[str, float | str | bool]:
         """Flat metadata for the Dagster check: the metrics, the incumbent's, the deltas and the thresholds."""
-        return {"promoted": self.promoted, "incumbent": self.incumbent or "none", **self.metrics,
-                **{f"incumbent {k}": v for k, v in self.incumbent_metrics.items()},
-                **{f"delta {k}": v for k, v in self.deltas.items()}, **self.rule}
+        return {
+            "promoted": self.promoted,
+            "incumbent": self.incumbent or "none",
+            **self.metrics,
+            **{f"incumbent {k}": v for k, v in self.incumbent_metrics.items()},
+            **{f"delta {k}": v for k, v in self.deltas.items()},
+            **self.rule,
+        }
 
 
 class PromotionRefusedError(ValueError):
     """The rule refused a version (its `decision` says why, and is recorded); LATEST did not move."""
 
     def __init__(self, decision: PromotionDecision) -> None:
-        super().__init__(f"model version {decision.model_version} is not promoted: {decision.description}; "
-                         "LATEST is unchanged")
+        super().__init__(
+            f"model version {decision.model_version} is not promoted: {decision.description}; LATEST is unchanged"
+        )
         self.decision = decision
 
 
@@ -100,8 +106,9 @@ class _Findings:
     deltas: dict[str, float] = field(default_factory=dict)
 
 
-def judge(manifest: dict[str, Any], rule: PromotionConfig, incumbent: dict[str, Any] | None = None,
-          force_reason: str = "") -> PromotionDecision:
+def judge(
+    manifest: dict[str, Any], rule: PromotionConfig, incumbent: dict[str, Any] | None = None, force_reason: str = ""
+) -> PromotionDecision:
     """The promotion rule (module docstring) on a candidate's manifest and the promoted model's (None: none).
 
     `force_reason` waives the incumbent comparison alone, and is recorded with the decision.
@@ -121,9 +128,19 @@ def judge(manifest: dict[str, Any], rule: PromotionConfig, incumbent: dict[str, 
         for task in judged:
             _compare(task, metrics, comparable, rule, found)
     promoted = not found.problems and (not found.regressions or bool(force_reason))
-    return PromotionDecision(manifest["model_version"], promoted, tuple(found.problems), tuple(found.regressions),
-                             tuple(found.notes), own, comparable["model_version"] if comparable else None,
-                             found.incumbent_metrics, found.deltas, dataclasses.asdict(rule), force_reason)
+    return PromotionDecision(
+        manifest["model_version"],
+        promoted,
+        tuple(found.problems),
+        tuple(found.regressions),
+        tuple(found.notes),
+        own,
+        comparable["model_version"] if comparable else None,
+        found.incumbent_metrics,
+        found.deltas,
+        dataclasses.asdict(rule),
+        force_reason,
+    )
 
 
 def _has_both_classes(metrics: dict[str, float], task: str) -> bool:
@@ -146,8 +163,7 @@ def _floor(task: str, metrics: dict[str, float], rule: PromotionConfig, found: _
         found.problems.append(f"{task}/auc {auc:.4f} is below the floor {rule.min_auc} on {n} holdout {name}")
 
 
-def _comparable(manifest: dict[str, Any], incumbent: dict[str, Any] | None,
-                found: _Findings) -> dict[str, Any] | None:
+def _comparable(manifest: dict[str, Any], incumbent: dict[str, Any] | None, found: _Findings) -> dict[str, Any] | None:
     """The incumbent's manifest where it is another model measured on the same holdout, else None (noted)."""
     if incumbent is None:
         found.notes.append("no promoted model to compare with")
@@ -157,20 +173,26 @@ def _comparable(manifest: dict[str, Any], incumbent: dict[str, Any] | None,
         return None
     ours, theirs = _holdout(manifest), _holdout(incumbent)
     if ours != theirs:
-        found.notes.append(f"not compared with the promoted {incumbent['model_version']}: another holdout "
-                           f"(days, click rows, clicks: {theirs} there, {ours} here)")
+        found.notes.append(
+            f"not compared with the promoted {incumbent['model_version']}: another holdout "
+            f"(days, click rows, clicks: {theirs} there, {ours} here)"
+        )
         return None
     return incumbent
 
 
 def _holdout(manifest: dict[str, Any]) -> tuple[list[str] | None, float | None, float | None]:
     metrics = manifest["metrics"]
-    return (manifest.get("training_data", {}).get("holdout_days"), metrics.get("ctr/rows"),
-            metrics.get("ctr/positives"))
+    return (
+        manifest.get("training_data", {}).get("holdout_days"),
+        metrics.get("ctr/rows"),
+        metrics.get("ctr/positives"),
+    )
 
 
-def _compare(task: str, metrics: dict[str, float], incumbent: dict[str, Any], rule: PromotionConfig,
-             found: _Findings) -> None:
+def _compare(
+    task: str, metrics: dict[str, float], incumbent: dict[str, Any], rule: PromotionConfig, found: _Findings
+) -> None:
     """The task's metrics beside the incumbent's; a regression beyond the tolerance is a (waivable) problem."""
     old = incumbent["metrics"]
     for m in (f"{task}/auc", f"{task}/ne"):
@@ -180,16 +202,18 @@ def _compare(task: str, metrics: dict[str, float], incumbent: dict[str, Any], ru
     if key not in deltas:
         found.notes.append(f"{task}: no finite {key} on both sides to compare with {incumbent['model_version']}")
     elif n < rule.compare_min_class_rows:
-        found.notes.append(f"{task}: comparison not judged on {n} holdout {name} "
-                           f"(needs {rule.compare_min_class_rows})")
+        found.notes.append(f"{task}: comparison not judged on {n} holdout {name} (needs {rule.compare_min_class_rows})")
     elif deltas[key] < -rule.max_auc_regression:
-        found.regressions.append(f"{key} {metrics[key]:.4f} is {-deltas[key]:.4f} below the promoted "
-                                f"{incumbent['model_version']}'s {old[key]:.4f} on the same holdout "
-                                f"(tolerance {rule.max_auc_regression})")
+        found.regressions.append(
+            f"{key} {metrics[key]:.4f} is {-deltas[key]:.4f} below the promoted "
+            f"{incumbent['model_version']}'s {old[key]:.4f} on the same holdout "
+            f"(tolerance {rule.max_auc_regression})"
+        )
 
 
-def promote(paths: GemPaths, version: str, rule: PromotionConfig, decided_by: str,
-            force_reason: str = "") -> PromotionDecision:
+def promote(
+    paths: GemPaths, version: str, rule: PromotionConfig, decided_by: str, force_reason: str = ""
+) -> PromotionDecision:
     """Judge `version` against the promoted model, record the decision with it, and point `models/LATEST` at
     it if it passes; raise `PromotionRefusedError` (LATEST unchanged) if not. `decided_by` names who asked
     (a Dagster run, `gem promote`); `force_reason` waives the incumbent comparison (module docstring)."""

@@ -87,13 +87,19 @@ def build_sharded_model(cfg: GemConfig, env: DistEnv) -> tuple[DistributedModelP
     return dmp, CombinedOptimizer([dmp.fused_optimizer, dense])
 
 
-def _forward(dmp: DistributedModelParallel, batch: Batch, env: DistEnv,
-             cfg: GemConfig) -> tuple[torch.Tensor, GemOutput]:
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cfg.train.bf16 and env.device.type == "cuda"
-                else nullcontext())
+def _forward(
+    dmp: DistributedModelParallel, batch: Batch, env: DistEnv, cfg: GemConfig
+) -> tuple[torch.Tensor, GemOutput]:
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if cfg.train.bf16 and env.device.type == "cuda" else nullcontext()
+    )
     with autocast:
-        return dmp(batch.features.to(env.device), batch.clicked.to(env.device), batch.converted.to(env.device),
-                   batch.valid.to(env.device))
+        return dmp(
+            batch.features.to(env.device),
+            batch.clicked.to(env.device),
+            batch.converted.to(env.device),
+            batch.valid.to(env.device),
+        )
 
 
 @dataclass
@@ -144,13 +150,15 @@ class Checkpoints:
             if marker.is_file():
                 data = json.loads(marker.read_text())
                 if data.pop("config_fingerprint") != self.fingerprint:
-                    raise ValueError(f"checkpoint {directory} was written by another config; delete {self.root} "
-                                     "to start over")
+                    raise ValueError(
+                        f"checkpoint {directory} was written by another config; delete {self.root} to start over"
+                    )
                 return directory, Progress(**data)
         return None
 
-    def save(self, dmp: DistributedModelParallel, optimizer: CombinedOptimizer, progress: Progress,
-             env: DistEnv) -> Path:
+    def save(
+        self, dmp: DistributedModelParallel, optimizer: CombinedOptimizer, progress: Progress, env: DistEnv
+    ) -> Path:
         directory = self.root / f"step-{progress.steps_done:08d}"
         dcp.save({"model": dmp.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=str(directory))
         dist.barrier()
@@ -180,9 +188,16 @@ def dense_lr(tc: TrainConfig, step: int, steps_total: int) -> float:
     return floor + (tc.dense_lr - floor) * 0.5 * (1 + math.cos(math.pi * step / max(steps_total - 1, 1)))
 
 
-def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, stream: ExampleStream,
-                 cfg: GemConfig, env: DistEnv, log: Log, checkpoints: Checkpoints,
-                 writer: SummaryWriter | None = None) -> TrainResult:
+def train_epochs(
+    dmp: DistributedModelParallel,
+    optimizer: CombinedOptimizer,
+    stream: ExampleStream,
+    cfg: GemConfig,
+    env: DistEnv,
+    log: Log,
+    checkpoints: Checkpoints,
+    writer: SummaryWriter | None = None,
+) -> TrainResult:
     """Train for cfg.train.epochs, resuming from the newest complete checkpoint if there is one.
 
     Batches are deterministic per (seed, rank, epoch), so a resumed run skips the batches already
@@ -220,8 +235,10 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
                 rate = (step - start_step) * tc.batch_size * env.world_size / elapsed
                 eta = (steps_total - step) * elapsed / (step - start_step)
                 # The epoch's running mean: a step of padding alone has loss 0 and would log as 0.0000.
-                log(f"epoch {progress.epoch} step {step}/{steps_total} loss {progress.epoch_loss:.4f} "
-                    f"{rate:,.0f} examples/s ETA {eta:.0f}s")
+                log(
+                    f"epoch {progress.epoch} step {step}/{steps_total} loss {progress.epoch_loss:.4f} "
+                    f"{rate:,.0f} examples/s ETA {eta:.0f}s"
+                )
                 if writer is not None:
                     writer.add_scalar("train/loss", progress.epoch_loss, step)
                     writer.add_scalar("train/examples_per_second", rate, step)
@@ -234,8 +251,7 @@ def train_epochs(dmp: DistributedModelParallel, optimizer: CombinedOptimizer, st
 
 
 @torch.no_grad()
-def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv,
-            cfg: GemConfig) -> pa.Table | None:
+def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv, cfg: GemConfig) -> pa.Table | None:
     """Score every valid row of `stream` on every rank; rank 0 gets all rows, others None."""
     dmp.eval()
     parts = []
@@ -244,8 +260,11 @@ def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv,
         p_ctr, p_ctcvr = esmm_probabilities(out.logits.float())
         keep = batch.valid.numpy()
         table = batch.table.filter(pa.array(keep))
-        parts.append(table.append_column("pred_ctr", pa.array(p_ctr.cpu().numpy()[keep]))
-                     .append_column("pred_ctcvr", pa.array(p_ctcvr.cpu().numpy()[keep])))
+        parts.append(
+            table.append_column("pred_ctr", pa.array(p_ctr.cpu().numpy()[keep])).append_column(
+                "pred_ctcvr", pa.array(p_ctcvr.cpu().numpy()[keep])
+            )
+        )
     local = pa.concat_tables(parts) if parts else None
     gathered: list[pa.Table | None] = [None] * env.world_size
     dist.all_gather_object(gathered, local)

@@ -183,8 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     stats = batch_stats(args)
     given = argv if argv is not None else sys.argv[1:]
     # Every argument but --device (as "--device X" or "--device=X"), which is passed resolved.
-    forwarded = [a for i, a in enumerate(given)
-                 if not a.startswith("--device") and (i == 0 or given[i - 1] != "--device")]
+    forwarded = [
+        a for i, a in enumerate(given) if not a.startswith("--device") and (i == 0 or given[i - 1] != "--device")
+    ]
     forwarded = [*forwarded, "--device", args.device]
     activations = ["softmax", "silu"] if args.activation == "both" else [args.activation]
     rows = []

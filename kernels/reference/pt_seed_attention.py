@@ -16,8 +16,9 @@ from torch import Tensor
 from kernels.reference.pt_jagged_attention import POINTWISE
 
 
-def pt_seed_attention(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, activation: str = "softmax",
-                      scale: float | None = None) -> Tensor:
+def pt_seed_attention(
+    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, activation: str = "softmax", scale: float | None = None
+) -> Tensor:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     qh = q.float().transpose(0, 1)  # [H, S, Dh]
     rows = []

@@ -162,8 +162,16 @@ def _fwd_update(acc, m_i, l_i, qk, allowed, v, inv_n, ACT: tl.constexpr, INPUT_P
 
 
 @triton.jit
-def _key_range(start_m, n, window, n_global, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _key_range(
+    start_m,
+    n,
+    window,
+    n_global,
+    CAUSAL: tl.constexpr,
+    WINDOWED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Key tiles for the query tile at start_m: loop over [lo, hi) and visit a tile only when it starts
     before near_hi (the window's end) or at or after global_lo (the tile of the first global key)."""
     lo = start_m * 0  # tensors from the start: a runtime branch must not change a variable's type
@@ -181,8 +189,16 @@ def _key_range(start_m, n, window, n_global, CAUSAL: tl.constexpr, WINDOWED: tl.
 
 
 @triton.jit
-def _query_range(start_n, n, window, n_global, CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _query_range(
+    start_n,
+    n,
+    window,
+    n_global,
+    CAUSAL: tl.constexpr,
+    WINDOWED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Query tiles that can see the key tile at start_n, as `_key_range` gives key tiles."""
     lo = start_n * 0
     if CAUSAL:
@@ -425,10 +441,25 @@ class _JaggedAttentionFunction(torch.autograd.Function):
         if L > 0 and max_seq_len > 0:
             grid = (B * H, triton.cdiv(max_seq_len, config["BLOCK_M"]))
             _jagged_attention_fwd[grid](
-                q, k, v, out, lse, offsets,
-                q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                out.stride(0), out.stride(1),
-                scale, H, Dh, *_mask_args(causal, activation, window, n_global), **config,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                offsets,
+                q.stride(0),
+                q.stride(1),
+                k.stride(0),
+                k.stride(1),
+                v.stride(0),
+                v.stride(1),
+                out.stride(0),
+                out.stride(1),
+                scale,
+                H,
+                Dh,
+                *_mask_args(causal, activation, window, n_global),
+                **config,
             )
         ctx.save_for_backward(q, k, v, offsets, out, lse)
         ctx.max_seq_len, ctx.scale = max_seq_len, scale
@@ -452,20 +483,55 @@ class _JaggedAttentionFunction(torch.autograd.Function):
         if L > 0 and ctx.max_seq_len > 0:
             mask_args = _mask_args(*ctx.mask)
             strides = (
-                q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                dout.stride(0), dout.stride(1),
+                q.stride(0),
+                q.stride(1),
+                k.stride(0),
+                k.stride(1),
+                v.stride(0),
+                v.stride(1),
+                dout.stride(0),
+                dout.stride(1),
             )
             grid_n = (B * H, triton.cdiv(ctx.max_seq_len, config["BLOCK_N"]))
             _jagged_attention_bwd_dkdv[grid_n](
-                q, k, v, dout, lse, delta, dk, dv, offsets,
-                *strides, dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-                ctx.scale, H, Dh, *mask_args, **config,
+                q,
+                k,
+                v,
+                dout,
+                lse,
+                delta,
+                dk,
+                dv,
+                offsets,
+                *strides,
+                dk.stride(0),
+                dk.stride(1),
+                dv.stride(0),
+                dv.stride(1),
+                ctx.scale,
+                H,
+                Dh,
+                *mask_args,
+                **config,
             )
             grid_m = (B * H, triton.cdiv(ctx.max_seq_len, config["BLOCK_M"]))
             _jagged_attention_bwd_dq[grid_m](
-                q, k, v, dout, lse, delta, dq, offsets,
-                *strides, dq.stride(0), dq.stride(1),
-                ctx.scale, H, Dh, *mask_args, **config,
+                q,
+                k,
+                v,
+                dout,
+                lse,
+                delta,
+                dq,
+                offsets,
+                *strides,
+                dq.stride(0),
+                dq.stride(1),
+                ctx.scale,
+                H,
+                Dh,
+                *mask_args,
+                **config,
             )
         return dq, dk, dv, None, None, None, None, None, None, None
 
@@ -476,8 +542,17 @@ def _mask_args(causal: bool, activation: str, window: int | None, n_global: int)
 
 
 def triton_jagged_attention(
-    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, *, max_seq_len: int, causal: bool, activation: str,
-    scale: float, window: int | None = None, n_global: int = 0,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    offsets: Tensor,
+    *,
+    max_seq_len: int,
+    causal: bool,
+    activation: str,
+    scale: float,
+    window: int | None = None,
+    n_global: int = 0,
 ) -> Tensor:
     """Triton jagged attention of validated [L, H, Dh] q, k, v (see `kernels.jagged_attention`)."""
     return _JaggedAttentionFunction.apply(q, k, v, offsets, max_seq_len, causal, activation, scale, window, n_global)

@@ -16,8 +16,11 @@ def test_a_run_launched_through_the_code_location_belongs_to_it(gem_home):
     # What the UI's job pages, timeline and re-execution key on: the run's code location and repository.
     assert run.remote_job_origin.location_name == LOCATION
     assert run.job_code_origin.repository_origin.code_pointer.module == "dagster_project.definitions"
-    started = [e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
-               if (e.message or "").startswith("Started process for run (pid: ")]
+    started = [
+        e.message
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+        if (e.message or "").startswith("Started process for run (pid: ")
+    ]
     assert started, "the run worker logs its pid, which run monitoring checks"
     materialized = instance.get_latest_materialization_event(dg.AssetKey(["reports", "sql_pack"]))
     assert materialized.run_id == run.run_id

@@ -40,8 +40,9 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     folder = dataset_folder(source)
     head_copy(ROOT / folder, tmp_path / "data" / folder)
     (tmp_path / "overrides.json").write_text(json.dumps(sample_overrides(source, tmp_path / "data")))
-    lake = LakeResource(home=str(tmp_path / "gem"), preset="tiny", config_path=str(tmp_path / "overrides.json"),
-                        data_source=source)
+    lake = LakeResource(
+        home=str(tmp_path / "gem"), preset="tiny", config_path=str(tmp_path / "overrides.json"), data_source=source
+    )
     monkeypatch.setenv("GEM_HOME", lake.home)
     # Its own instance, not one an earlier test left in DAGSTER_HOME (the session's pipeline lake sets it).
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "gem" / "dagster"))  # restored after the test
@@ -73,10 +74,12 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     assert manifest["metrics"]["ctr/rows"] == holdout_rows
     assert "ctr/oracle_auc" not in manifest["metrics"]  # real data has no true probabilities
 
-    evaluations = instance.get_event_records(dg.EventRecordsFilter(
-        event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION))
+    evaluations = instance.get_event_records(
+        dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    )
     results = [e.event_log_entry.dagster_event.event_specific_data for e in evaluations]
     must_pass = {"row_conservation", "point_in_time", "contract"}
-    failed = [(r.asset_key.to_user_string(), r.check_name) for r in results
-              if r.check_name in must_pass and not r.passed]
+    failed = [
+        (r.asset_key.to_user_string(), r.check_name) for r in results if r.check_name in must_pass and not r.passed
+    ]
     assert failed == [] and sum(r.check_name == "point_in_time" for r in results) == 2 * cfg.world.n_days

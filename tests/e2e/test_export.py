@@ -52,8 +52,13 @@ def _score(lake, spark, out: Path, nproc: int, version: str) -> subprocess.Compl
         write_user_input(spark, lake.paths, lake.config.features, date.fromisoformat(DAY), users, 4)
     args = ["--model-version", version, "--ds", DAY, "--users", str(users), "--out", str(out)]
     launcher = LocalTorchrunLauncher()
-    return subprocess.run(launcher.command("jobs.score", args, nproc), env=launcher.environment(nproc),
-                          capture_output=True, text=True, timeout=1800)
+    return subprocess.run(
+        launcher.command("jobs.score", args, nproc),
+        env=launcher.environment(nproc),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 def test_sharded_scoring_is_repeatable_and_matches_one_process(pipeline, spark, tmp_path):
@@ -88,8 +93,11 @@ def test_candidates_are_the_exact_top_k_by_embedding_inner_product(pipeline, spa
     for day in (d for d in cfg.world.days if d >= cfg.world.holdout_start):
         user_ids, users = read_embeddings(lake.paths, "gold.user_embeddings", "user_id", version, day)
         ad_ids, ads = read_embeddings(lake.paths, "gold.ad_embeddings", "ad_id", version, day)
-        candidates = pads.dataset(lake.paths.table("gold.user_ad_candidates")).to_table(
-            filter=(pc.field("model_version") == version) & (pc.field("ds") == day)).to_pandas()
+        candidates = (
+            pads.dataset(lake.paths.table("gold.user_ad_candidates"))
+            .to_table(filter=(pc.field("model_version") == version) & (pc.field("ds") == day))
+            .to_pandas()
+        )
         assert len(candidates) == len(user_ids) * k
         for user in user_ids[:25]:
             rows = candidates[candidates.user_id == user].sort_values("rank")
@@ -110,8 +118,13 @@ class KillingLauncher(JobLauncher):
 
     def launch(self, context, module, args, nproc):
         local = LocalTorchrunLauncher()
-        proc = subprocess.Popen(local.command(module, args, nproc), env=local.environment(nproc),
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            local.command(module, args, nproc),
+            env=local.environment(nproc),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         out = Path(args[args.index("--out") + 1])
         deadline = time.monotonic() + 1800  # a scoring run stuck before its first output, not a slow one
         while not list(out.glob("*/part-*.parquet")) and proc.poll() is None:
@@ -130,7 +143,8 @@ def _export(lake, instance, version: str, launcher: JobLauncher | None = None) -
     if not instance.has_dynamic_partition(MODEL_VERSIONS.name, version):
         instance.add_dynamic_partitions(MODEL_VERSIONS.name, [version])
     return defs.resolve_job_def("export_job").execute_in_process(
-        instance=instance, partition_key=model_day_key(version, date.fromisoformat(DAY)), raise_on_error=False)
+        instance=instance, partition_key=model_day_key(version, date.fromisoformat(DAY)), raise_on_error=False
+    )
 
 
 def test_killed_scoring_commits_nothing_and_a_rerun_replaces_the_partition(pipeline, spark):
@@ -159,14 +173,22 @@ def test_a_second_model_version_is_exported_beside_the_first(pipeline, spark):
         assert _content(spark, lake, table, second)[0] == rows, table  # same weights, same row count
     builds = read_table(spark, lake.paths.table("gold.index_builds")).where(F.col("ds") == DAY)
     assert {(r.index_name, r.model_version) for r in builds.collect()} == {
-        (n, v) for n in ("ads", "users") for v in (first, second)}
+        (n, v) for n in ("ads", "users") for v in (first, second)
+    }
     # The demo's summary tells the promoted model's rows from the other version's.
     logits = read_table(spark, lake.paths.table("gold.teacher_logits"))
     versions = logits.select("model_version").distinct().count()  # the modules sharing this lake may add more
     line = next(x for x in summary(lake).splitlines() if x.split()[:1] == ["gold.teacher_logits"])
     assert versions >= 2 and line.split()[1:] == [
-        f"{logits.count():,}", "rows", f"({logits.where(F.col('model_version') == first).count():,}", "of",
-        f"{first},", str(versions), "model", "versions)"]
+        f"{logits.count():,}",
+        "rows",
+        f"({logits.where(F.col('model_version') == first).count():,}",
+        "of",
+        f"{first},",
+        str(versions),
+        "model",
+        "versions)",
+    ]
 
 
 def test_exporting_a_missing_model_version_fails_naming_the_known_ones(pipeline):
@@ -175,7 +197,8 @@ def test_exporting_a_missing_model_version_fails_naming_the_known_ones(pipeline)
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
     assert "'gem-tiny-nope' not found" in str(failure.cause or failure) and lake.latest_model_version() in str(
-        failure.cause or failure)
+        failure.cause or failure
+    )
 
 
 def test_embeddings_of_another_dimension_are_refused(pipeline):
@@ -188,9 +211,14 @@ def test_embeddings_of_another_dimension_are_refused(pipeline):
 def _gem_export(lake, version: str) -> subprocess.Popen:
     """`gem export` of DAY in its own process, as a user would start it."""
     env = {**os.environ, "GEM_HOME": lake.home, "GEM_PRESET": lake.preset, "GEM_CONFIG": lake.config_path}
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "export", "--ds", DAY, "--model-version", version],
-                            env=env, cwd=Path(__file__).parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "export", "--ds", DAY, "--model-version", version],
+        env=env,
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _partition_is_complete_and_matches(spark, lake, version: str, expected: dict) -> None:
@@ -253,6 +281,9 @@ def test_a_corrupt_checkpoint_or_dangling_latest_is_refused_naming_the_fix(pipel
     with pytest.raises(CorruptArtefactError, match=r"manifest\.json is not valid JSON"):
         read_manifest(directory)
     paths.set_latest_model_version("gem-tiny-deleted")
-    with pytest.raises(FileNotFoundError, match=rf"LATEST names model version 'gem-tiny-deleted', which has no "
-                                                rf"manifest .* known versions: \['{version}'\].*gem promote VERSION"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"LATEST names model version 'gem-tiny-deleted', which has no "
+        rf"manifest .* known versions: \['{version}'\].*gem promote VERSION",
+    ):
         paths.latest_model_version()

@@ -17,8 +17,14 @@ STEP_TIMEOUT_S = 900
 
 def test_the_gpu_check_dry_run_runs_every_step_and_writes_json_lines(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "STEP_TIMEOUT": str(STEP_TIMEOUT_S)}
-    run = subprocess.run(["bash", "bench/perf/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=len(STEPS) * STEP_TIMEOUT_S)
+    run = subprocess.run(
+        ["bash", "bench/perf/gpu_check.sh", "--dry-run"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=len(STEPS) * STEP_TIMEOUT_S,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     status = {r["step"]: r["status"] for r in lines if "status" in r}

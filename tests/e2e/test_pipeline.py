@@ -38,15 +38,21 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
     accepted = 4 * 3000 - rejected_impressions
     holdout_days = ("2026-11-03", "2026-11-04")
     holdout = sum(3000 - _rejected(spark, lake, "bronze.impressions", day) for day in holdout_days)
-    expected = {"bronze.users": cfg.world.n_users, "bronze.ads": cfg.world.n_ads,
-                "bronze.impressions": accepted,
-                "silver.user_features": cfg.world.n_users, "silver.ad_features": cfg.world.n_ads,
-                "gold.training_examples": accepted, "gold.teacher_logits": holdout,
-                "gold.user_embeddings": 2 * cfg.world.n_users, "gold.ad_embeddings": 2 * cfg.world.n_ads,
-                # 6 predictors (teacher, adapted teacher, 4 students) x (all + 5 surfaces) x 2 tasks
-                "gold.student_metrics": 72,
-                "gold.user_ad_candidates": 2 * cfg.world.n_users * min(cfg.export.candidates_k, cfg.world.n_ads),
-                "gold.index_builds": 4}
+    expected = {
+        "bronze.users": cfg.world.n_users,
+        "bronze.ads": cfg.world.n_ads,
+        "bronze.impressions": accepted,
+        "silver.user_features": cfg.world.n_users,
+        "silver.ad_features": cfg.world.n_ads,
+        "gold.training_examples": accepted,
+        "gold.teacher_logits": holdout,
+        "gold.user_embeddings": 2 * cfg.world.n_users,
+        "gold.ad_embeddings": 2 * cfg.world.n_ads,
+        # 6 predictors (teacher, adapted teacher, 4 students) x (all + 5 surfaces) x 2 tasks
+        "gold.student_metrics": 72,
+        "gold.user_ad_candidates": 2 * cfg.world.n_users * min(cfg.export.candidates_k, cfg.world.n_ads),
+        "gold.index_builds": 4,
+    }
     for table in CONTRACT:
         df = read_table(spark, lake.paths.table(table))
         assert schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields}) == []
@@ -86,8 +92,10 @@ def test_each_day_has_its_own_index_holding_that_partition(pipeline):
     version = lake.latest_model_version()
     holdout = [d for d in lake.config.world.days if d >= lake.config.world.holdout_start]
     for day in holdout:
-        for name, table, column in (("ads", "gold.ad_embeddings", "ad_id"), ("users", "gold.user_embeddings",
-                                                                              "user_id")):
+        for name, table, column in (
+            ("ads", "gold.ad_embeddings", "ad_id"),
+            ("users", "gold.user_embeddings", "user_id"),
+        ):
             index, manifest = read_index(lake.paths.index_dir(name, version, day))
             ids, vectors = read_embeddings(lake.paths, table, column, version, day)
             assert (manifest["model_version"], manifest["ds"]) == (version, day.isoformat())
@@ -102,19 +110,31 @@ def test_asset_checks_all_passed(pipeline):
     _, _, instance = pipeline
     import dagster as dg
 
-    evaluations = [e for e in instance.get_event_records(dg.EventRecordsFilter(
-        event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION))]
+    evaluations = [
+        e
+        for e in instance.get_event_records(
+            dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        )
+    ]
     assert len(evaluations) >= 10
-    failed = [e.event_log_entry.dagster_event.event_specific_data for e in evaluations
-              if not e.event_log_entry.dagster_event.event_specific_data.passed]
+    failed = [
+        e.event_log_entry.dagster_event.event_specific_data
+        for e in evaluations
+        if not e.event_log_entry.dagster_event.event_specific_data.passed
+    ]
     assert failed == []
 
 
 def _fingerprints(spark, lake):
     """Row count and an order-independent content hash of every feature table."""
     out = {}
-    for table in ("bronze.events", "bronze.impressions", "bronze.rejected_rows", "gold.user_sequences",
-                  "gold.training_examples"):
+    for table in (
+        "bronze.events",
+        "bronze.impressions",
+        "bronze.rejected_rows",
+        "gold.user_sequences",
+        "gold.training_examples",
+    ):
         df = read_table(spark, lake.paths.table(table))
         out[table] = tuple(df.agg(F.count(F.lit(1)), F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))).first())
     return out
@@ -123,8 +143,11 @@ def _fingerprints(spark, lake):
 def test_rerunning_a_feature_day_gives_identical_contents(pipeline, spark):
     lake, defs, instance = pipeline
     before = _fingerprints(spark, lake)
-    assert defs.resolve_job_def("build_features_job").execute_in_process(instance=instance,
-                                                                     partition_key="2026-11-02").success
+    assert (
+        defs.resolve_job_def("build_features_job")
+        .execute_in_process(instance=instance, partition_key="2026-11-02")
+        .success
+    )
     assert _fingerprints(spark, lake) == before
 
 
@@ -133,8 +156,15 @@ def test_gem_sql_reads_the_lake(pipeline, capsys):
 
     lake, _, _ = pipeline
     version = lake.latest_model_version()
-    main(["sql", "-e", f"SELECT count(*) AS n FROM gold.teacher_logits WHERE model_version = '{version}'",
-          "--format", "json"])
+    main(
+        [
+            "sql",
+            "-e",
+            f"SELECT count(*) AS n FROM gold.teacher_logits WHERE model_version = '{version}'",
+            "--format",
+            "json",
+        ]
+    )
     n = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n"]
     assert 5800 < n <= 6000  # the two holdout days' accepted impressions
     main(["neighbors", "--user-id", "1", "--k", "3"])
@@ -156,8 +186,16 @@ def test_every_sql_query_returns_rows(pipeline, capsys, query):
 
 def _train_command(lake, config_file: Path, model_dir: Path, data_version: int) -> list[str]:
     data = lake.paths.table("gold.training_examples")
-    args = ["--config", str(config_file), "--data", str(data), "--data-version", str(data_version),
-            "--model-dir", str(model_dir)]
+    args = [
+        "--config",
+        str(config_file),
+        "--data",
+        str(data),
+        "--data-version",
+        str(data_version),
+        "--model-dir",
+        str(model_dir),
+    ]
     return LocalTorchrunLauncher().command("jobs.train", args, nproc=2)
 
 
@@ -176,8 +214,9 @@ def test_killed_training_resumes_to_the_metrics_of_an_uninterrupted_run(pipeline
     # The teacher's Delta version: later tests rewrite partitions, which renames files and so reorders them.
     command = _train_command(lake, config_file, model_dir, teacher["training_data"]["delta_version"])
     env = LocalTorchrunLauncher().environment(nproc=2)
-    first = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     resume_dir = model_dir.with_name(model_dir.name + ".partial") / "resume"
     deadline = time.monotonic() + 1800  # a run stuck before its first checkpoint, not a slow one
     while not list(resume_dir.glob("step-*/progress.json")) and first.poll() is None:
@@ -207,14 +246,19 @@ def test_a_training_window_trains_on_its_last_days_alone(pipeline, tmp_path):
     config_file = tmp_path / "config.json"
     config_file.write_text(cfg.to_json())
     model_dir = lake.paths.model_dir("window-test")
-    run = subprocess.run(_train_command(lake, config_file, model_dir, data_version),
-                         env=LocalTorchrunLauncher().environment(nproc=2), capture_output=True, text=True)
+    run = subprocess.run(
+        _train_command(lake, config_file, model_dir, data_version),
+        env=LocalTorchrunLauncher().environment(nproc=2),
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     day, holdout = cfg.train_start, cfg.world.holdout_start
     days = teacher["training_data"]["train_days"]
     assert str(day) == days[-1] != days[0]  # the window is the last of several training days
     rows = open_delta(lake.paths.table("gold.training_examples"), data_version).count_rows(
-        filter=ds_filter(day, holdout))
+        filter=ds_filter(day, holdout)
+    )
     assert rows > 0
     assert f"{rows} training rows from {day} to before {holdout}," in run.stdout
     manifest = json.loads((model_dir / "manifest.json").read_text())
@@ -231,7 +275,10 @@ def test_students_train_on_the_first_holdout_day_and_are_evaluated_on_the_last(p
     directory = lake.paths.student_dir(student_version(lake.config, version))
     manifest = read_student_manifest(directory)
     assert {k: manifest["calendar"][k] for k in ("train", "adapter", "eval")} == {
-        "train": ["2026-11-03"], "adapter": ["2026-11-03"], "eval": ["2026-11-04"]}
+        "train": ["2026-11-03"],
+        "adapter": ["2026-11-03"],
+        "eval": ["2026-11-04"],
+    }
     assert manifest["teacher"]["model_version"] == version
     surfaces = lake.config.world.surfaces
     for predictor in ("labels", "kd", "adapter", "teacher", "teacher_adapted"):
@@ -242,11 +289,11 @@ def test_students_train_on_the_first_holdout_day_and_are_evaluated_on_the_last(p
     logits = read_table(spark, lake.paths.table("gold.teacher_logits")).where(F.col("model_version") == version)
     for split, day in (("train", "2026-11-03"), ("eval", "2026-11-04")):
         rows = logits.where(F.col("ds") == day).groupBy("surface").count().collect()
-        assert {r["surface"]: r["count"] for r in rows} == {
-            s: manifest["rows"][s][split] for s in surfaces}, split
+        assert {r["surface"]: r["count"] for r in rows} == {s: manifest["rows"][s][split] for s in surfaces}, split
     before = read_table(spark, lake.paths.table("gold.student_metrics")).count()
-    assert defs.resolve_job_def("train_students_job").execute_in_process(instance=instance,
-                                                                          partition_key=version).success
+    assert (
+        defs.resolve_job_def("train_students_job").execute_in_process(instance=instance, partition_key=version).success
+    )
     assert read_table(spark, lake.paths.table("gold.student_metrics")).count() == before
     assert [p.name for p in directory.parent.iterdir()] == [directory.name]
 
@@ -289,26 +336,35 @@ def test_the_ui_shows_which_version_exists_for_which_day_and_the_reports_beside_
     def of_version(partitions):
         """Days, no partition, and `version`'s partitions: other test modules export more versions into the
         session's instance."""
-        return {p for p in partitions if p is None or re.fullmatch(r"\d{4}-\d{2}-\d{2}", p)
-                or version in (p, p.split("|")[-1])}
+        return {
+            p
+            for p in partitions
+            if p is None or re.fullmatch(r"\d{4}-\d{2}-\d{2}", p) or version in (p, p.split("|")[-1])
+        }
 
     assert version in instance.get_dynamic_partitions("model_versions")
     for asset in (["gold", "teacher_logits"], ["indexes", "ad_index"], ["gold", "user_ad_candidates"]):
         assert of_version(instance.get_materialized_partitions(dg.AssetKey(asset))) == {
-            f"{d}|{version}" for d in holdout}
+            f"{d}|{version}" for d in holdout
+        }
     assert of_version(instance.get_materialized_partitions(dg.AssetKey("student_models"))) == {version}
     # Checks are tied to the partition they checked.
     checked: dict[tuple[str, str], set[str | None]] = {}
-    for record in instance.get_event_records(dg.EventRecordsFilter(
-            event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)):
+    for record in instance.get_event_records(
+        dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    ):
         evaluation = record.event_log_entry.dagster_event.event_specific_data
         checked.setdefault((evaluation.asset_key.to_user_string(), evaluation.check_name), set()).add(
-            evaluation.partition)
+            evaluation.partition
+        )
     checked = {check: of_version(partitions) for check, partitions in checked.items()}
     days = {d.isoformat() for d in lake.config.world.days}
     assert checked[("bronze/events", "row_conservation")] == checked[("gold/training_examples", "contract")] == days
-    assert checked[("gold/teacher_logits", "contract")] == checked[("indexes/ad_index", "recall_floor")] == {
-        f"{d}|{version}" for d in holdout}
+    assert (
+        checked[("gold/teacher_logits", "contract")]
+        == checked[("indexes/ad_index", "recall_floor")]
+        == {f"{d}|{version}" for d in holdout}
+    )
     assert checked[("student_models", "finite_metrics")] == {version}
     assert checked[("bronze/users", "contract")] == checked[("teacher_model", "holdout_metrics")] == {None}
     teacher = instance.get_latest_materialization_event(dg.AssetKey("teacher_model")).asset_materialization
@@ -322,7 +378,8 @@ def test_the_ui_shows_which_version_exists_for_which_day_and_the_reports_beside_
 
 
 def test_a_day_after_the_calendar_is_built_by_the_schedule_and_exported_with_the_promoted_model(
-        pipeline, spark, tmp_path, monkeypatch):
+    pipeline, spark, tmp_path, monkeypatch
+):
     import shutil
     from datetime import UTC, datetime, timedelta
 
@@ -343,18 +400,27 @@ def test_a_day_after_the_calendar_is_built_by_the_schedule_and_exported_with_the
         instance.add_dynamic_partitions("model_versions", [version])
         at = datetime.combine(day + timedelta(days=1), datetime.min.time(), UTC).replace(hour=1)
         tick = repository.get_schedule_def("build_features_job_schedule").evaluate_tick(
-            dg.build_schedule_context(instance=instance, scheduled_execution_time=at))
+            dg.build_schedule_context(instance=instance, scheduled_execution_time=at)
+        )
         assert [r.partition_key for r in tick.run_requests] == [day.isoformat()]
-        assert defs.resolve_job_def("build_features_job").execute_in_process(
-            instance=instance, partition_key=day.isoformat()).success
-        with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
-                                     resources={"lake": copy}) as context:
+        assert (
+            defs.resolve_job_def("build_features_job")
+            .execute_in_process(instance=instance, partition_key=day.isoformat())
+            .success
+        )
+        with dg.build_sensor_context(
+            instance_ref=instance.get_ref(), definitions=defs, resources={"lake": copy}
+        ) as context:
             [request] = repository.get_sensor_def("teacher_model_sensor").evaluate_tick(context).run_requests
         assert request.run_key == f"{version}:{day.isoformat()}"  # the holdout days were exported already
-        assert defs.resolve_job_def("export_job").execute_in_process(
-            instance=instance, partition_key=request.partition_key).success
+        assert (
+            defs.resolve_job_def("export_job")
+            .execute_in_process(instance=instance, partition_key=request.partition_key)
+            .success
+        )
     logits = read_table(spark, copy.paths.table("gold.teacher_logits"))
     examples = read_table(spark, copy.paths.table("gold.training_examples")).where(F.col("ds") == F.lit(day))
-    assert logits.where((F.col("ds") == F.lit(day)) & (F.col("model_version") == version)).count() == \
-        examples.count() > 0
+    assert (
+        logits.where((F.col("ds") == F.lit(day)) & (F.col("model_version") == version)).count() == examples.count() > 0
+    )
     assert (copy.paths.index_dir("ads", version, day) / "CURRENT").is_file()

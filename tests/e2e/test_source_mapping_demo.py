@@ -30,8 +30,7 @@ HEADER = "at,user,ad,clicked,bought"
 
 def _lines(first_at: int, n: int) -> list[tuple[int, int, int, bool, bool]]:
     """(at, user, ad, clicked, bought) rows: every third a click, every other click bought."""
-    return [(first_at + i, USERS[i % len(USERS)], ADS[(3 * i) % len(ADS)], i % 3 == 0, i % 6 == 0)
-            for i in range(n)]
+    return [(first_at + i, USERS[i % len(USERS)], ADS[(3 * i) % len(ADS)], i % 3 == 0, i % 6 == 0) for i in range(n)]
 
 
 def _csv(rows: list[tuple[int, int, int, bool, bool]]) -> str:
@@ -41,10 +40,13 @@ def _csv(rows: list[tuple[int, int, int, bool, bool]]) -> str:
 
 MAPPING = {
     "name": "my_logs",
-    "impressions": {"folder": "logs", "files": ["train.csv", "test.csv"], "holdout_files": ["test.csv"],
-                    "columns": {"at": "bigint", "user": "bigint", "ad": "bigint", "clicked": "string",
-                                "bought": "string"},
-                    "order_by": "at"},
+    "impressions": {
+        "folder": "logs",
+        "files": ["train.csv", "test.csv"],
+        "holdout_files": ["test.csv"],
+        "columns": {"at": "bigint", "user": "bigint", "ad": "bigint", "clicked": "string", "bought": "string"},
+        "order_by": "at",
+    },
     "user_id": "user",
     "ad_id": "ad",
     "surface": "feed",
@@ -65,26 +67,42 @@ def test_gem_demo_lands_and_trains_on_the_mapping_the_environment_names(tmp_path
     mapping = tmp_path / "mine" / "mapping.yaml"
     mapping.write_text(yaml.safe_dump(MAPPING, sort_keys=False))
     overrides = tmp_path / "overrides.json"
-    overrides.write_text(json.dumps({"world": {"n_days": 2, "holdout_days": 1}, "train": {"nproc": 1, "epochs": 1},
-                                     "export": {"nproc": 1, "user_input_files": 1}}))
+    overrides.write_text(
+        json.dumps(
+            {
+                "world": {"n_days": 2, "holdout_days": 1},
+                "train": {"nproc": 1, "epochs": 1},
+                "export": {"nproc": 1, "user_input_files": 1},
+            }
+        )
+    )
     home = tmp_path / "gem"
     env = {name: value for name, value in os.environ.items() if name not in ("GEM_PRESET", "GEM_DATA_SOURCE")}
-    env.update(GEM_HOME=str(home), DAGSTER_HOME=str(home / "dagster"), GEM_CONFIG=str(overrides),
-               GEM_SOURCE_MAPPING=str(mapping), PYTHONPATH=str(REPO))
-    demo = subprocess.run([sys.executable, "-m", "jobs.cli", "demo"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1800)
+    env.update(
+        GEM_HOME=str(home),
+        DAGSTER_HOME=str(home / "dagster"),
+        GEM_CONFIG=str(overrides),
+        GEM_SOURCE_MAPPING=str(mapping),
+        PYTHONPATH=str(REPO),
+    )
+    demo = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert demo.returncode == 0, (demo.stdout[-3000:], demo.stderr[-3000:])
     assert "skip train_students_job" in demo.stdout and "ok  build_reports_job" in demo.stdout
 
     paths = GemPaths(home)
-    impressions = _rows(paths, "bronze.impressions", ["impression_id", "user_id", "ad_id", "clicked", "converted",
-                                                      "ds"])
+    impressions = _rows(
+        paths, "bronze.impressions", ["impression_id", "user_id", "ad_id", "clicked", "converted", "ds"]
+    )
     rejected = _rows(paths, "bronze.rejected_rows", ["source_table", "source_file", "reason"])
     assert len(impressions) + len(rejected) == len(train) + 1 + len(test)  # every line in the log, one bad
-    assert rejected == [{"source_table": "bronze.impressions", "source_file": "logs/train.csv",
-                         "reason": "invalid_label_clicked"}]
-    assert sorted((r["user_id"], r["ad_id"], r["clicked"], r["converted"]) for r in impressions) == \
-        sorted((u, a, c, b) for _, u, a, c, b in train + test)
+    assert rejected == [
+        {"source_table": "bronze.impressions", "source_file": "logs/train.csv", "reason": "invalid_label_clicked"}
+    ]
+    assert sorted((r["user_id"], r["ad_id"], r["clicked"], r["converted"]) for r in impressions) == sorted(
+        (u, a, c, b) for _, u, a, c, b in train + test
+    )
     assert {r["impression_id"].rpartition("-")[0] for r in impressions} == {"my_logs-train", "my_logs-test"}
     assert {r["user_id"] for r in _rows(paths, "bronze.users", ["user_id"])} == set(USERS)
     assert {r["ad_id"] for r in _rows(paths, "bronze.ads", ["ad_id"])} == set(ADS)

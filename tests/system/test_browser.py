@@ -73,9 +73,12 @@ class DagsterUI:
     process: subprocess.Popen
 
     def graphql(self, query: str, **variables: object) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
-                                         data=json.dumps({"query": query, "variables": variables}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            method="POST",
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             body = json.load(response)
         assert not body.get("errors"), body["errors"]
@@ -140,17 +143,36 @@ def ui(tmp_path_factory, free_port) -> Iterator[DagsterUI]:
         config.write("\ntelemetry:\n  enabled: false\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GEM_", "DAGSTER_"))}
     (root / "overrides.json").write_text(json.dumps(OVERRIDES))
-    env.update(DAGSTER_HOME=str(dagster_home), GEM_HOME=str(gem_home), GEM_PRESET="tiny",
-               GEM_CONFIG=str(root / "overrides.json"), SPARK_LOCAL_IP="127.0.0.1")
+    env.update(
+        DAGSTER_HOME=str(dagster_home),
+        GEM_HOME=str(gem_home),
+        GEM_PRESET="tiny",
+        GEM_CONFIG=str(root / "overrides.json"),
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     port = free_port()
     log = root / "dagster-dev.log"
     with log.open("w") as out:
         # Its own process group, so teardown reaches the code servers, the daemon and any run worker.
         process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("dagster")), "dev", "-w", str(ROOT / "workspace.yaml"),
-             "-h", "127.0.0.1", "-p", str(port)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_interruptible)
+            [
+                str(Path(sys.executable).with_name("dagster")),
+                "dev",
+                "-w",
+                str(ROOT / "workspace.yaml"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_interruptible,
+        )
     ui = DagsterUI(f"http://127.0.0.1:{port}", gem_home, log, process)
     try:
         _wait_until_served(ui)
@@ -167,9 +189,18 @@ def browser(ui: DagsterUI):
     binary, driver = _require_system_tools()
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-background-networking", "--disable-extensions", "--disable-sync",
-                     "--no-first-run", "--mute-audio", "--window-size=1920,1600"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-extensions",
+        "--disable-sync",
+        "--no-first-run",
+        "--mute-audio",
+        "--window-size=1920,1600",
+    ):
         options.add_argument(argument)
     session = webdriver.Chrome(service=Service(driver), options=options)  # this chromedriver: no Selenium Manager
     session.set_page_load_timeout(PAGE_TIMEOUT_S)
@@ -216,11 +247,15 @@ def test_the_global_lineage_draws_the_groups_and_the_feature_assets(ui, browser)
         _wait(browser, lambda b: set(GROUPS) <= _rendered_nodes(b), message=f"group nodes {GROUPS}")
         # The page's heading, as a user reads it. (Not the document title: in some full-suite CI runs it stayed
         # "Dagster" for 30 s with the heading and every node drawn.)
-        _wait(browser, lambda b: "Global asset lineage" in b.find_element(By.TAG_NAME, "body").text,
-              message="the heading 'Global asset lineage'")
+        _wait(
+            browser,
+            lambda b: "Global asset lineage" in b.find_element(By.TAG_NAME, "body").text,
+            message="the heading 'Global asset lineage'",
+        )
         # Open the features group as a user does: its node's unfold toggle.
         group = browser.find_element(By.CSS_SELECTOR, "[data-tooltip='features']").find_element(
-            By.XPATH, "ancestor::div[.//*[@aria-label='unfold_more']][1]")
+            By.XPATH, "ancestor::div[.//*[@aria-label='unfold_more']][1]"
+        )
         group.find_element(By.CSS_SELECTOR, "[aria-label='unfold_more']").click()
         _wait(browser, lambda b: {"events", "user_sequences"} <= _rendered_nodes(b), message="expanded features")
         # The group's own lineage fits all its assets in view.
@@ -239,23 +274,32 @@ def test_a_partition_materialised_from_the_asset_page_succeeds_and_shows_its_met
     with _evidence_on_failure(browser, ui, "materialize"):
         browser.get(f"{ui.url}/assets/bronze/events")
         _wait(browser, EC.text_to_be_present_in_element((By.TAG_NAME, "body"), "Never materialized"))
-        _wait(browser, EC.element_to_be_clickable((By.XPATH, "//button[starts-with(normalize-space(), "
-                                                             "'Materialize')]"))).click()
-        dialog = _wait(browser, EC.visibility_of_element_located(
-            (By.XPATH, "//div[contains(@class, 'dialog')][contains(., 'Launch runs to materialize bronze / events')]")))
+        _wait(
+            browser, EC.element_to_be_clickable((By.XPATH, "//button[starts-with(normalize-space(), 'Materialize')]"))
+        ).click()
+        dialog = _wait(
+            browser,
+            EC.visibility_of_element_located(
+                (
+                    By.XPATH,
+                    "//div[contains(@class, 'dialog')][contains(., 'Launch runs to materialize bronze / events')]",
+                )
+            ),
+        )
         partitions = dialog.find_element(By.CSS_SELECTOR, "input[type='text']")
         partitions.send_keys(day, Keys.ENTER)
         _wait(browser, EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Launch 1 run']"))).click()
         # The toast names the run; its View link opens the run page.
-        _wait(browser, EC.element_to_be_clickable((By.XPATH, "//*[contains(., 'Launched run')]"
-                                                             "//a[normalize-space()='View']"))).click()
+        _wait(
+            browser,
+            EC.element_to_be_clickable((By.XPATH, "//*[contains(., 'Launched run')]//a[normalize-space()='View']")),
+        ).click()
         _wait(browser, EC.url_contains("/runs/"))
         run_id = browser.current_url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
 
         # The instance's view (GraphQL) is the robust one; the run page must end up saying the same.
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        while (run := ui.graphql(RUN, runId=run_id)["runOrError"])["status"] not in ("SUCCESS", "FAILURE",
-                                                                                       "CANCELED"):
+        while (run := ui.graphql(RUN, runId=run_id)["runOrError"])["status"] not in ("SUCCESS", "FAILURE", "CANCELED"):
             assert time.monotonic() < deadline, f"run {run_id} still {run['status']} after {RUN_TIMEOUT_S} s"
             time.sleep(1)
         assert run["status"] == "SUCCESS", f"run {run_id} ended {run['status']}"
@@ -271,19 +315,25 @@ def test_a_partition_materialised_from_the_asset_page_succeeds_and_shows_its_met
         table = ui.gem_home / "lake" / "bronze" / "events"
         rows = DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
         assert rows > 0
-        [materialization] = ui.graphql(MATERIALIZATIONS, path=["bronze", "events"], partition=day)[
-            "assetOrError"]["assetMaterializations"]
+        [materialization] = ui.graphql(MATERIALIZATIONS, path=["bronze", "events"], partition=day)["assetOrError"][
+            "assetMaterializations"
+        ]
         assert materialization["runId"] == run_id
         metadata = {e["label"]: e.get("intValue", e.get("path")) for e in materialization["metadataEntries"]}
         assert metadata["dagster/row_count"] == metadata["table_rows"] == rows
         assert metadata["path"] == str(table)
 
         browser.get(f"{ui.url}/assets/bronze/events")
+
         # The page fills its panels from separate queries: wait for the partition too, not only the row count.
         def _body(b) -> str:
             return b.find_element(By.TAG_NAME, "body").text
-        _wait(browser, lambda b: "Row count" in (text := _body(b)) and day in text,
-              message=f"the asset page shows the row count and the latest materialisation's partition {day}")
+
+        _wait(
+            browser,
+            lambda b: "Row count" in (text := _body(b)) and day in text,
+            message=f"the asset page shows the row count and the latest materialisation's partition {day}",
+        )
         page = _body(browser)
         assert "Never materialized" not in page
         assert f"Row count\n{rows:,}" in page

@@ -43,14 +43,17 @@ class Postgres:
 
     def connect(self, db_name: str | None = None) -> "psycopg2.extensions.connection":
         """A psycopg2 connection to `db_name` (default: the test's database)."""
-        return psycopg2.connect(host=self.host, port=self.port, user=self.username, password=self.password,
-                                dbname=db_name or self.db_name)
+        return psycopg2.connect(
+            host=self.host, port=self.port, user=self.username, password=self.password, dbname=db_name or self.db_name
+        )
 
 
 def _bindir() -> Path | None:
     """Debian's newest /usr/lib/postgresql/<major>/bin (not on PATH there), else that of an `initdb` on PATH."""
-    debian = sorted(Path("/usr/lib/postgresql").glob("[0-9]*/bin/initdb"),
-                    key=lambda p: [int(part) for part in p.parts[-3].split(".") if part.isdigit()])
+    debian = sorted(
+        Path("/usr/lib/postgresql").glob("[0-9]*/bin/initdb"),
+        key=lambda p: [int(part) for part in p.parts[-3].split(".") if part.isdigit()],
+    )
     if debian:
         return debian[-1].parent
     initdb = shutil.which("initdb")
@@ -65,8 +68,9 @@ def postgres(free_port) -> Iterator[Postgres]:
     problem = None
     if bindir is None or not (bindir / "pg_ctl").exists():
         problem = "PostgreSQL is not installed (no initdb and pg_ctl): run .ci/system_packages.sh"
-    elif as_root and (shutil.which("runuser") is None
-                      or subprocess.run(["id", "postgres"], capture_output=True).returncode != 0):
+    elif as_root and (
+        shutil.which("runuser") is None or subprocess.run(["id", "postgres"], capture_output=True).returncode != 0
+    ):
         problem = "running as root, with no `postgres` user (or no runuser) to run PostgreSQL as"
     if problem:
         system_test_unavailable(problem)
@@ -74,8 +78,9 @@ def postgres(free_port) -> Iterator[Postgres]:
     # Not under pytest's tmp dir: as root that is mode 0700, which the postgres user cannot enter.
     root = Path(tempfile.mkdtemp(prefix="gem-postgres-"))
     data, log = root / "data", root / "server.log"
-    server = Postgres(host="127.0.0.1", port=free_port(), username="gem", password=secrets.token_hex(16),
-                      db_name="dagster")
+    server = Postgres(
+        host="127.0.0.1", port=free_port(), username="gem", password=secrets.token_hex(16), db_name="dagster"
+    )
     (root / "password").write_text(server.password)
     if as_root:
         for path in (root, root / "password"):
@@ -83,18 +88,32 @@ def postgres(free_port) -> Iterator[Postgres]:
 
     def pg(tool: str, *args: str) -> None:
         try:
-            subprocess.run([*as_server, str(bindir / tool), *args], check=True, cwd=root, capture_output=True,
-                           text=True)
+            subprocess.run(
+                [*as_server, str(bindir / tool), *args], check=True, cwd=root, capture_output=True, text=True
+            )
         except subprocess.CalledProcessError as error:
             server_log = log.read_text()[-3000:] if log.exists() else ""
             pytest.fail(f"{tool} {' '.join(args)} failed: {error.stdout}{error.stderr}{server_log}")
 
     try:
-        pg("initdb", "-D", str(data), "--username", server.username, "--pwfile", str(root / "password"),
-           "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C")
+        pg(
+            "initdb",
+            "-D",
+            str(data),
+            "--username",
+            server.username,
+            "--pwfile",
+            str(root / "password"),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C",
+        )
         with (data / "postgresql.conf").open("a") as conf:  # owner unchanged: appending keeps it
-            conf.write(f"listen_addresses = '127.0.0.1'\nport = {server.port}\n"
-                       f"unix_socket_directories = '{root}'\nfsync = off\n")
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {server.port}\n"
+                f"unix_socket_directories = '{root}'\nfsync = off\n"
+            )
         pg("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "60", "start")
         connection = server.connect("postgres")
         try:
@@ -106,8 +125,12 @@ def postgres(free_port) -> Iterator[Postgres]:
         yield server
     finally:
         if (data / "postmaster.pid").exists():
-            subprocess.run([*as_server, str(bindir / "pg_ctl"), "-D", str(data), "stop", "-m", "fast"], cwd=root,
-                           capture_output=True, check=False)
+            subprocess.run(
+                [*as_server, str(bindir / "pg_ctl"), "-D", str(data), "stop", "-m", "fast"],
+                cwd=root,
+                capture_output=True,
+                check=False,
+            )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -117,7 +140,9 @@ def _instance_config(server: Postgres) -> str:
     `scheme` names the driver: SQLAlchemy 2.1 maps a bare `postgresql://` to psycopg 3, which is not
     installed; dagster-postgres depends on psycopg2.
     """
-    return INSTANCE_CONFIG.read_text() + f"""
+    return (
+        INSTANCE_CONFIG.read_text()
+        + f"""
 storage:
   postgres:
     postgres_db:
@@ -133,6 +158,7 @@ storage:
 code_servers:
   wait_for_local_processes_on_shutdown: true
 """
+    )
 
 
 def test_a_code_location_run_is_stored_in_postgres(postgres, gem_home, tmp_path, monkeypatch):
@@ -161,8 +187,10 @@ def test_a_code_location_run_is_stored_in_postgres(postgres, gem_home, tmp_path,
         with connection.cursor() as cursor:
             cursor.execute("SELECT pipeline_name, status FROM runs WHERE run_id = %s", (run.run_id,))
             assert cursor.fetchall() == [(JOB, "SUCCESS")]
-            cursor.execute("SELECT asset_key FROM event_logs WHERE run_id = %s AND dagster_event_type = %s",
-                           (run.run_id, "ASSET_MATERIALIZATION"))
+            cursor.execute(
+                "SELECT asset_key FROM event_logs WHERE run_id = %s AND dagster_event_type = %s",
+                (run.run_id, "ASSET_MATERIALIZATION"),
+            )
             assert cursor.fetchall() == [('["reports", "sql_pack"]',)]
             cursor.execute("SELECT count(*) FROM event_logs WHERE run_id = %s", (run.run_id,))
             assert cursor.fetchone()[0] == events > 10

@@ -76,15 +76,23 @@ def slurm(tmp_path_factory, free_port) -> Iterator[dict[str, str]]:
     host = socket.gethostname().split(".")[0]  # the node's name, which the rendezvous host must resolve
     conf.write_text(_config(root, host, free_port))
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    subprocess.run(["munged", "--force", f"--key-file={key}", f"--socket={root}/munge.socket",
-                    f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log", f"--seed-file={root}/seed"],
-                   check=True)
+    subprocess.run(
+        [
+            "munged",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={root}/munge.socket",
+            f"--pid-file={root}/munged.pid",
+            f"--log-file={root}/munged.log",
+            f"--seed-file={root}/seed",
+        ],
+        check=True,
+    )
     try:
         subprocess.run(["slurmctld", "-i", "-f", str(conf)], check=True, env=env)
         subprocess.run(["slurmd", "-f", str(conf), "-N", host], check=True, env=env)
         deadline = time.monotonic() + 600  # a node that never registers, not a slow daemon start
-        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
-                                           text=True).stdout:
+        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout:
             if time.monotonic() > deadline:
                 pytest.fail(f"the Slurm node never became idle:\n{(root / 'slurmctld.log').read_text()[-3000:]}")
             time.sleep(0.5)
@@ -112,8 +120,9 @@ def probe(context: dg.AssetExecutionContext, launcher: JobLauncher) -> dg.Materi
     return launcher.launch(context, "probe", [], nproc=1).get_materialize_result()
 
 
-def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on_slurm, pipeline, tmp_path,
-                                                                             monkeypatch):
+def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(
+    on_slurm, pipeline, tmp_path, monkeypatch
+):
     lake, _, _ = pipeline
     home = tmp_path / "gem"
     shutil.copytree(lake.paths.lake, home / "lake")  # the features; the model is trained anew here
@@ -145,11 +154,15 @@ def test_gem_launcher_slurm_trains_the_teacher_with_pipes_messages_in_dagster(on
 
 
 def test_a_job_that_can_never_start_is_cancelled_naming_the_reason(on_slurm, tmp_path):
-    launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), nnodes=2, workdir=str(tmp_path),
-                                     poll_interval_s=0.5)  # a cluster of one node
+    launcher = SlurmTorchrunLauncher(
+        gem_home=str(tmp_path / "gem"), nnodes=2, workdir=str(tmp_path), poll_interval_s=0.5
+    )  # a cluster of one node
     (tmp_path / "probe.py").write_text("print('never runs')\n")
-    with pytest.raises(JobLaunchError, match=r"Slurm job (\d+) is pending with Reason=Partition\w+: it can "
-                                             r"never start as submitted; cancelling it") as failed:
+    with pytest.raises(
+        JobLaunchError,
+        match=r"Slurm job (\d+) is pending with Reason=Partition\w+: it can "
+        r"never start as submitted; cancelling it",
+    ) as failed:
         dg.materialize([probe], resources={"launcher": launcher})
     job_id = str(failed.value).split()[2]
     assert scontrol_job(job_id)["JobState"] == "CANCELLED"

@@ -33,8 +33,9 @@ def _spark_class(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen
     import pyspark
 
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    return subprocess.Popen([str(spark_class), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(spark_class), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
 
 
 def _state(ui_port: int) -> dict:
@@ -49,8 +50,19 @@ def standalone(tmp_path_factory, free_port) -> Iterator[tuple[str, int]]:
     env = {**os.environ, **LOOPBACK, "SPARK_WORKER_DIR": str(root / "work"), "SPARK_LOG_DIR": str(root)}
     port, ui_port = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
-    processes = [_spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                              "--webui-port", str(ui_port), log=root / "master.log", env=env)]
+    processes = [
+        _spark_class(
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui_port),
+            log=root / "master.log",
+            env=env,
+        )
+    ]
     try:
         deadline = time.monotonic() + 600  # a master or worker that never comes up, not a slow JVM start
         while True:
@@ -61,9 +73,22 @@ def standalone(tmp_path_factory, free_port) -> Iterator[tuple[str, int]]:
                 if time.monotonic() > deadline or processes[0].poll() is not None:
                     pytest.fail(f"the Spark master did not start:\n{(root / 'master.log').read_text()[-3000:]}")
                 time.sleep(1)
-        processes.append(_spark_class("org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
-                                      "--memory", "3g", "--webui-port", str(free_port()), url,
-                                      log=root / "worker.log", env=env))
+        processes.append(
+            _spark_class(
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--memory",
+                "3g",
+                "--webui-port",
+                str(free_port()),
+                url,
+                log=root / "worker.log",
+                env=env,
+            )
+        )
         while not any(w["state"] == "ALIVE" for w in _state(ui_port)["workers"]):
             if time.monotonic() > deadline or processes[1].poll() is not None:
                 pytest.fail(f"no Spark worker registered:\n{(root / 'worker.log').read_text()[-3000:]}")
@@ -86,10 +111,25 @@ def test_spark_submit_to_a_standalone_cluster_builds_the_same_tables_as_local_mo
     url, ui_port = standalone
     lake, _, _ = pipeline
     home = tmp_path / "gem"
-    env = {**os.environ, **LOOPBACK, "GEM_HOME": str(home), "GEM_SPARK_MASTER": url,
-           "GEM_SPARK_CONF": "spark.executor.memory=2g;spark.cores.max=2"}
-    command = [sys.executable, "-m", "jobs.spark_submit", "jobs/build_features.py", "--preset", "tiny",
-               "--config", lake.config_path, "--days", "1"]
+    env = {
+        **os.environ,
+        **LOOPBACK,
+        "GEM_HOME": str(home),
+        "GEM_SPARK_MASTER": url,
+        "GEM_SPARK_CONF": "spark.executor.memory=2g;spark.cores.max=2",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.spark_submit",
+        "jobs/build_features.py",
+        "--preset",
+        "tiny",
+        "--config",
+        lake.config_path,
+        "--days",
+        "1",
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"{shlex.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     submitted = done.stdout.splitlines()[0]
@@ -99,8 +139,17 @@ def test_spark_submit_to_a_standalone_cluster_builds_the_same_tables_as_local_mo
     assert [a["name"] for a in apps] == ["gem-pipeline"] and apps[0]["state"] == "FINISHED"
 
     other_days = {d.isoformat() for d in lake.config.world.days[1:]}
-    tables = ["bronze.users", "bronze.ads", "silver.user_features", "silver.ad_features", "bronze.impressions",
-              "bronze.events", "bronze.rejected_rows", "gold.user_sequences", "gold.training_examples"]
+    tables = [
+        "bronze.users",
+        "bronze.ads",
+        "silver.user_features",
+        "silver.ad_features",
+        "bronze.impressions",
+        "bronze.events",
+        "bronze.rejected_rows",
+        "gold.user_sequences",
+        "gold.training_examples",
+    ]
     for table in tables:
         cluster = _rows(GemPaths(home).table(table), other_days)
         local = _rows(lake.paths.table(table), other_days)

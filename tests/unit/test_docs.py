@@ -58,23 +58,33 @@ def _anchors(page: Path) -> set[str]:
 
 
 def _links(page: Path) -> list[str]:
-    return [target for target in LINK.findall(_without_code(page.read_text(encoding="utf-8")))
-            if not re.match(r"[a-z][a-z+.-]*:", target)]  # http:, https:, mailto: are not files
+    return [
+        target
+        for target in LINK.findall(_without_code(page.read_text(encoding="utf-8")))
+        if not re.match(r"[a-z][a-z+.-]*:", target)
+    ]  # http:, https:, mailto: are not files
 
 
 def _hits(pattern: re.Pattern[str], page: Path) -> list[str]:
-    return [f"{_rel(page)}:{number}: {match.group(0)!r} in {line.strip()[:120]!r}"
-            for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
-            for match in pattern.finditer(line)]
+    return [
+        f"{_rel(page)}:{number}: {match.group(0)!r} in {line.strip()[:120]!r}"
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in pattern.finditer(line)
+    ]
 
 
 @pytest.mark.parametrize("page", MANUAL, ids=_rel)
-@pytest.mark.parametrize(("what", "pattern"), [("a /tmp path", TMP_PATH), ("a tracker number", TRACKER),
-                                               ("a commit hash", COMMIT)], ids=["tmp", "tracker", "commit"])
+@pytest.mark.parametrize(
+    ("what", "pattern"),
+    [("a /tmp path", TMP_PATH), ("a tracker number", TRACKER), ("a commit hash", COMMIT)],
+    ids=["tmp", "tracker", "commit"],
+)
 def test_the_manual_names_no_scratch_path_tracker_number_or_commit(page, what, pattern):
     hits = _hits(pattern, page)
-    assert not hits, (f"{what} in the manual means nothing to a reader of the repository; say what the thing "
-                      f"does, and move the history to docs/experiments/:\n" + "\n".join(hits))
+    assert not hits, (
+        f"{what} in the manual means nothing to a reader of the repository; say what the thing "
+        f"does, and move the history to docs/experiments/:\n" + "\n".join(hits)
+    )
 
 
 @pytest.mark.parametrize("page", MANUAL + NOTEBOOK, ids=_rel)
@@ -104,22 +114,28 @@ def test_the_notebook_index_lists_every_record():
     assert not missing, f"docs/experiments/README.md does not list {missing}"
 
 
-@pytest.mark.parametrize(("text", "pattern"), [
-    ("GEM_HOME=/tmp/m16/small python bench/x.py", TMP_PATH),
-    ("the world of issue 16", TRACKER),
-    ("fixed in #37", TRACKER),
-    ("the default since aa08873", COMMIT),
-    ("on the hashed lake (7731b18)", COMMIT),
-    ("commit `1f36148`", COMMIT),
-])
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("GEM_HOME=/tmp/m16/small python bench/x.py", TMP_PATH),
+        ("the world of issue 16", TRACKER),
+        ("fixed in #37", TRACKER),
+        ("the default since aa08873", COMMIT),
+        ("on the hashed lake (7731b18)", COMMIT),
+        ("commit `1f36148`", COMMIT),
+    ],
+)
 def test_each_pattern_catches_what_it_is_for(text, pattern):
     assert pattern.search(text)
 
 
-@pytest.mark.parametrize(("text", "pattern"), [
-    ("spills to `$TMPDIR/gem-sql-<uid>/`", TMP_PATH),
-    ("see [locks](#locks) and upstream triton-lang/triton#11584", TRACKER),
-    ("the teacher bench-small-synthetic-gem-ca1199006a, 100000000 rows, sha256 " + "ab12" * 16, COMMIT),
-])
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("spills to `$TMPDIR/gem-sql-<uid>/`", TMP_PATH),
+        ("see [locks](#locks) and upstream triton-lang/triton#11584", TRACKER),
+        ("the teacher bench-small-synthetic-gem-ca1199006a, 100000000 rows, sha256 " + "ab12" * 16, COMMIT),
+    ],
+)
 def test_each_pattern_leaves_alone_what_is_not_history(text, pattern):
     assert not pattern.search(text)

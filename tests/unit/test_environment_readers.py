@@ -34,8 +34,12 @@ READERS = {
 
 
 def _is_os(node: ast.AST, attribute: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.value, ast.Name) \
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.value, ast.Name)
         and node.value.id == "os"
+    )
 
 
 def _is_environ(node: ast.AST) -> bool:
@@ -44,9 +48,13 @@ def _is_environ(node: ast.AST) -> bool:
 
 def _reads(tree: ast.Module) -> list[str]:
     """The variables `tree` reads: a string literal, or a name (a module-level string constant's value)."""
-    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-                 for target in node.targets if isinstance(target, ast.Name)}
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
     def name(key: ast.AST) -> str:
         if isinstance(key, ast.Constant):
@@ -55,8 +63,12 @@ def _reads(tree: ast.Module) -> list[str]:
 
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and (
-                (_is_environ(node.func.value) and node.func.attr == "get") or _is_os(node.func, "getenv")):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.args
+            and ((_is_environ(node.func.value) and node.func.attr == "get") or _is_os(node.func, "getenv"))
+        ):
             found.append(name(node.args[0]))
         elif isinstance(node, ast.Subscript) and _is_environ(node.value) and isinstance(node.ctx, ast.Load):
             found.append(name(node.slice))
@@ -73,8 +85,9 @@ def _readers() -> dict[str, set[str]]:
         if any(part.startswith(".") for part in relative.parts):  # .venv, .git
             continue
         tree = ast.parse(path.read_text(), str(relative))
-        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "os"], \
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "os"], (
             f"{relative}: `from os import ...` hides reads of the environment from this scan; use os.environ"
+        )
         module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
         for variable in _reads(tree):
             readers.setdefault(variable, set()).add(module)
@@ -86,19 +99,26 @@ def _within(module: str, reader: str) -> bool:
 
 
 def test_the_scan_finds_every_form_of_read_and_no_write():
-    tree = ast.parse('import os\nA = "GEM_A"\nos.environ.get("GEM_B")\nos.getenv(A)\nos.environ["GEM_C"]\n'
-                     '"GEM_D" in os.environ\nos.environ["GEM_E"] = "1"\nos.environ.setdefault("GEM_F", "1")\n'
-                     'os.environ.pop("GEM_G", None)\nenv = {**os.environ, "GEM_H": "1"}\n')
+    tree = ast.parse(
+        'import os\nA = "GEM_A"\nos.environ.get("GEM_B")\nos.getenv(A)\nos.environ["GEM_C"]\n'
+        '"GEM_D" in os.environ\nos.environ["GEM_E"] = "1"\nos.environ.setdefault("GEM_F", "1")\n'
+        'os.environ.pop("GEM_G", None)\nenv = {**os.environ, "GEM_H": "1"}\n'
+    )
     assert sorted(_reads(tree)) == ["GEM_A", "GEM_B", "GEM_C", "GEM_D"]
 
 
 def test_every_gem_variable_is_read_by_its_one_reader_alone():
     found = _readers()
     variables = {v for v in found if v.startswith("GEM_")} | set(READERS)
-    wrong = {v: sorted(found.get(v, ())) for v in sorted(variables)
-             if v not in READERS or not found.get(v) or not all(_within(m, READERS[v]) for m in found[v])}
-    assert wrong == {}, ("read elsewhere than its reader in READERS (use that reader), or not listed there (add "
-                         f"it with its one reader), or no longer read (drop it): {wrong}")
+    wrong = {
+        v: sorted(found.get(v, ()))
+        for v in sorted(variables)
+        if v not in READERS or not found.get(v) or not all(_within(m, READERS[v]) for m in found[v])
+    }
+    assert wrong == {}, (
+        "read elsewhere than its reader in READERS (use that reader), or not listed there (add "
+        f"it with its one reader), or no longer read (drop it): {wrong}"
+    )
 
 
 def test_every_other_variable_is_read_by_one_module():

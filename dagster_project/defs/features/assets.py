@@ -46,18 +46,31 @@ class LandingConfig(dg.Config):
     allow_missing_columns: bool = False  # write nulls for columns the table has and the batch lacks
 
 
-def _land(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource,
-          table: str, ds: date | None = None) -> dg.MaterializeResult:
+def _land(
+    context: dg.AssetExecutionContext,
+    config: LandingConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    table: str,
+    ds: date | None = None,
+) -> dg.MaterializeResult:
     from gem_lake.features.build import land_bronze, landing_policy
 
     cfg = lake.config
     policy = landing_policy(cfg, config.allow_row_drop, config.allow_missing_columns)
     landing = land_bronze(spark.session(), cfg, lake.paths, table, ds, policy, holder=f"dagster run {context.run_id}")
     # The quarantine is written by every landing, so it is an asset none of them owns: each reports to it.
-    context.log_event(dg.AssetMaterialization(asset_key=REJECTED_ROWS, metadata={
-        "landing": f"{table} {ds or 'whole table'}", "rejected/this_landing": landing.rejected,
-        **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
-        **table_metadata(lake, "bronze.rejected_rows", landing.rejected)}))
+    context.log_event(
+        dg.AssetMaterialization(
+            asset_key=REJECTED_ROWS,
+            metadata={
+                "landing": f"{table} {ds or 'whole table'}",
+                "rejected/this_landing": landing.rejected,
+                **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
+                **table_metadata(lake, "bronze.rejected_rows", landing.rejected),
+            },
+        )
+    )
     return _landing_result(lake, table, landing)
 
 
@@ -66,23 +79,31 @@ def _silver(spark: SparkResource, lake: LakeResource, table: str) -> dg.Material
 
     inputs = require_inputs(lake.config, lake.paths, table)  # before Spark starts
     rows = build_silver(spark.session(), lake.config, lake.paths, table)
-    return dg.MaterializeResult(metadata={**table_metadata(lake, table, rows),
-                                          "input_rows": dg.MetadataValue.json(inputs)})
+    return dg.MaterializeResult(
+        metadata={**table_metadata(lake, table, rows), "input_rows": dg.MetadataValue.json(inputs)}
+    )
 
 
 def _conservation(table: str, landing: "Landing") -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
-        check_name=ROW_CONSERVATION, asset_key=key(table), passed=landing.conserved,
+        check_name=ROW_CONSERVATION,
+        asset_key=key(table),
+        passed=landing.conserved,
         description=f"rows in {landing.rows_in} = accepted {landing.accepted} + rejected {landing.rejected}",
-        metadata={"rows_in": landing.rows_in, "accepted": landing.accepted, "rejected": landing.rejected,
-                  **{f"rejected/{reason}": n for reason, n in landing.reasons.items()}},
+        metadata={
+            "rows_in": landing.rows_in,
+            "accepted": landing.accepted,
+            "rejected": landing.rejected,
+            **{f"rejected/{reason}": n for reason, n in landing.reasons.items()},
+        },
     )
 
 
 def _landing_result(lake: LakeResource, table: str, landing: "Landing") -> dg.MaterializeResult:
     metadata = table_metadata(lake, table, landing.accepted)
-    return dg.MaterializeResult(metadata={**metadata, "rejected_rows": landing.rejected},
-                                check_results=[_conservation(table, landing)])
+    return dg.MaterializeResult(
+        metadata={**metadata, "rejected_rows": landing.rejected}, check_results=[_conservation(table, landing)]
+    )
 
 
 def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | None) -> dg.AssetCheckResult:
@@ -90,12 +111,20 @@ def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | 
 
     stats = sequence_stats(df, max_seq_len, as_of)
     return dg.AssetCheckResult(
-        check_name=POINT_IN_TIME, asset_key=key(table), passed=stats.point_in_time,
+        check_name=POINT_IN_TIME,
+        asset_key=key(table),
+        passed=stats.point_in_time,
         description="sequences hold only earlier events, most recent first, within max_seq_len",
-        metadata={"rows": stats.rows, "rows_with_future_events": stats.future_events,
-                  "unordered_sequences": stats.unordered, "sequences_over_max_len": stats.over_max_len,
-                  "seq_len_p50": stats.p50, "seq_len_p90": stats.p90, "seq_len_p99": stats.p99,
-                  "seq_len_max": stats.max},
+        metadata={
+            "rows": stats.rows,
+            "rows_with_future_events": stats.future_events,
+            "unordered_sequences": stats.unordered,
+            "sequences_over_max_len": stats.over_max_len,
+            "seq_len_p50": stats.p50,
+            "seq_len_p90": stats.p90,
+            "seq_len_p99": stats.p99,
+            "seq_len_max": stats.max,
+        },
     )
 
 
@@ -108,14 +137,20 @@ def _label_check(df: "DataFrame", cfg: GemConfig) -> dg.AssetCheckResult:
     attributes = [f.name for f in cfg.features.features if f.name not in ("user_id", "ad_id")]
     nulls = null_rates(df, attributes)
     return dg.AssetCheckResult(
-        check_name=LABEL_RATES, asset_key=key("gold.training_examples"), passed=not out_of_bounds,
+        check_name=LABEL_RATES,
+        asset_key=key("gold.training_examples"),
+        passed=not out_of_bounds,
         severity=dg.AssetCheckSeverity.WARN,
-        description=(f"click rate per surface within {bounds} (surfaces with >= {min_rows} rows)"
-                     + (f"; out of bounds: {out_of_bounds}" if out_of_bounds else "")),
-        metadata={**{f"{r.surface}/rows": r.rows for r in rates},
-                  **{f"{r.surface}/click_rate": round(r.click_rate, 5) for r in rates},
-                  **{f"{r.surface}/conversion_rate": round(r.conversion_rate, 5) for r in rates},
-                  **{f"null_rate/{c}": round(v, 5) for c, v in nulls.items()}},
+        description=(
+            f"click rate per surface within {bounds} (surfaces with >= {min_rows} rows)"
+            + (f"; out of bounds: {out_of_bounds}" if out_of_bounds else "")
+        ),
+        metadata={
+            **{f"{r.surface}/rows": r.rows for r in rates},
+            **{f"{r.surface}/click_rate": round(r.click_rate, 5) for r in rates},
+            **{f"{r.surface}/conversion_rate": round(r.conversion_rate, 5) for r in rates},
+            **{f"null_rate/{c}": round(v, 5) for c, v in nulls.items()},
+        },
     )
 
 
@@ -136,34 +171,60 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         )
 
     def conservation_spec(table: str, partitions_def: dg.PartitionsDefinition | None = None) -> list[dg.AssetCheckSpec]:
-        return [dg.AssetCheckSpec(ROW_CONSERVATION, asset=key(table), blocking=True, partitions_def=partitions_def,
-                                  description="rows in = accepted + rejected (bronze.rejected_rows)")]
+        return [
+            dg.AssetCheckSpec(
+                ROW_CONSERVATION,
+                asset=key(table),
+                blocking=True,
+                partitions_def=partitions_def,
+                description="rows in = accepted + rejected (bronze.rejected_rows)",
+            )
+        ]
 
-    @dg.asset(key=key("bronze.users"), group_name=GROUP, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.users"))
-    def bronze_users(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
-                     lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("bronze.users"),
+        group_name=GROUP,
+        kinds={"spark", "delta"},
+        check_specs=conservation_spec("bronze.users"),
+    )
+    def bronze_users(
+        context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """Users of the data source with demographic and device attributes (malformed rows quarantined)."""
         return _land(context, config, spark, lake, "bronze.users")
 
-    @dg.asset(key=key("bronze.ads"), group_name=GROUP, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.ads"))
-    def bronze_ads(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
-                   lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("bronze.ads"), group_name=GROUP, kinds={"spark", "delta"}, check_specs=conservation_spec("bronze.ads")
+    )
+    def bronze_ads(
+        context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """Ads with advertiser, category, creative format and objective (malformed rows quarantined)."""
         return _land(context, config, spark, lake, "bronze.ads")
 
-    @dg.asset(key=key("bronze.events"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.events", daily))
-    def bronze_events(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
-                      lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("bronze.events"),
+        group_name=GROUP,
+        partitions_def=daily,
+        kinds={"spark", "delta"},
+        check_specs=conservation_spec("bronze.events", daily),
+    )
+    def bronze_events(
+        context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """One day of behaviour events (user, item, action, surface, ts); malformed rows quarantined."""
         return _land(context, config, spark, lake, "bronze.events", partition_date(context))
 
-    @dg.asset(key=key("bronze.impressions"), group_name=GROUP, partitions_def=daily, kinds={"spark", "delta"},
-              check_specs=conservation_spec("bronze.impressions", daily))
-    def bronze_impressions(context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource,
-                           lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("bronze.impressions"),
+        group_name=GROUP,
+        partitions_def=daily,
+        kinds={"spark", "delta"},
+        check_specs=conservation_spec("bronze.impressions", daily),
+    )
+    def bronze_impressions(
+        context: dg.AssetExecutionContext, config: LandingConfig, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """One day of ad impressions with click/conversion labels (and true probabilities where known)."""
         return _land(context, config, spark, lake, "bronze.impressions", partition_date(context))
 
@@ -177,13 +238,24 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         """Observable ad attributes with their embedding rows (`<feature>_idx`)."""
         return _silver(spark, lake, "silver.ad_features")
 
-    @dg.asset(key=key("gold.user_sequences"), group_name=GROUP, partitions_def=daily,
-              deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
-              kinds={"spark", "delta"},
-              check_specs=[dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.user_sequences"), partitions_def=daily,
-                                             description="most recent first, within max_seq_len; length stats")])
-    def user_sequences(context: dg.AssetExecutionContext, spark: SparkResource,
-                       lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("gold.user_sequences"),
+        group_name=GROUP,
+        partitions_def=daily,
+        deps=[key("silver.ad_features"), dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
+        kinds={"spark", "delta"},
+        check_specs=[
+            dg.AssetCheckSpec(
+                POINT_IN_TIME,
+                asset=key("gold.user_sequences"),
+                partitions_def=daily,
+                description="most recent first, within max_seq_len; length stats",
+            )
+        ],
+    )
+    def user_sequences(
+        context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """Each active user's behaviour sequence as of the end of the day, most recent first."""
         from gem_lake.delta import read_table
         from gem_lake.features.build import build_user_sequences, require_inputs
@@ -193,24 +265,41 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         s = spark.session()
         rows = build_user_sequences(s, lake.config, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.user_sequences")), ds)
-        return dg.MaterializeResult(metadata={**table_metadata(lake, "gold.user_sequences", rows),
-                                              "input_rows": dg.MetadataValue.json(inputs)},
-                                    check_results=[_sequence_check("gold.user_sequences", written,
-                                                                   spec.max_seq_len, None)])
+        return dg.MaterializeResult(
+            metadata={**table_metadata(lake, "gold.user_sequences", rows), "input_rows": dg.MetadataValue.json(inputs)},
+            check_results=[_sequence_check("gold.user_sequences", written, spec.max_seq_len, None)],
+        )
 
-    @dg.asset(key=key("gold.training_examples"), group_name=GROUP, partitions_def=daily,
-              deps=[key("bronze.impressions"), key("silver.user_features"), key("silver.ad_features"),
-                    dg.AssetDep(key("bronze.events"), partition_mapping=event_window)],
-              kinds={"spark", "delta"},
-              check_specs=[
-                  dg.AssetCheckSpec(POINT_IN_TIME, asset=key("gold.training_examples"), blocking=True,
-                                    partitions_def=daily,
-                                    description="every sequence event is strictly before its impression"),
-                  dg.AssetCheckSpec(LABEL_RATES, asset=key("gold.training_examples"), partitions_def=daily,
-                                    description="click/conversion rate per surface in bounds; null rates"),
-              ])
-    def training_examples(context: dg.AssetExecutionContext, spark: SparkResource,
-                          lake: LakeResource) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key("gold.training_examples"),
+        group_name=GROUP,
+        partitions_def=daily,
+        deps=[
+            key("bronze.impressions"),
+            key("silver.user_features"),
+            key("silver.ad_features"),
+            dg.AssetDep(key("bronze.events"), partition_mapping=event_window),
+        ],
+        kinds={"spark", "delta"},
+        check_specs=[
+            dg.AssetCheckSpec(
+                POINT_IN_TIME,
+                asset=key("gold.training_examples"),
+                blocking=True,
+                partitions_def=daily,
+                description="every sequence event is strictly before its impression",
+            ),
+            dg.AssetCheckSpec(
+                LABEL_RATES,
+                asset=key("gold.training_examples"),
+                partitions_def=daily,
+                description="click/conversion rate per surface in bounds; null rates",
+            ),
+        ],
+    )
+    def training_examples(
+        context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         """Impressions of the day with user/ad features and the sequence strictly before each one."""
         from gem_lake.delta import read_table
         from gem_lake.features.build import build_training_examples, require_inputs
@@ -220,16 +309,35 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         s = spark.session()
         rows = build_training_examples(s, cfg, lake.paths, ds)
         written = _partition(read_table(s, lake.paths.table("gold.training_examples")), ds).cache()
-        checks = [_sequence_check("gold.training_examples", written, cfg.features.max_seq_len, "ts"),
-                  _label_check(written, cfg)]
+        checks = [
+            _sequence_check("gold.training_examples", written, cfg.features.max_seq_len, "ts"),
+            _label_check(written, cfg),
+        ]
         written.unpersist()
-        return dg.MaterializeResult(metadata={**table_metadata(lake, "gold.training_examples", rows),
-                                              "input_rows": dg.MetadataValue.json(inputs)},
-                                    check_results=checks)
+        return dg.MaterializeResult(
+            metadata={
+                **table_metadata(lake, "gold.training_examples", rows),
+                "input_rows": dg.MetadataValue.json(inputs),
+            },
+            check_results=checks,
+        )
 
     rejected_rows = dg.AssetSpec(
-        REJECTED_ROWS, group_name=GROUP, kinds={"delta"}, deps=[key(t) for t in BRONZE],
+        REJECTED_ROWS,
+        group_name=GROUP,
+        kinds={"delta"},
+        deps=[key(t) for t in BRONZE],
         description="The quarantine: every raw row a landing rejected, with its reason, raw line, file and line "
-                    "number. Written by each bronze landing, which reports a materialisation here.")
-    return [bronze_users, bronze_ads, bronze_events, bronze_impressions, rejected_rows, silver_user_features,
-            silver_ad_features, user_sequences, training_examples]
+        "number. Written by each bronze landing, which reports a materialisation here.",
+    )
+    return [
+        bronze_users,
+        bronze_ads,
+        bronze_events,
+        bronze_impressions,
+        rejected_rows,
+        silver_user_features,
+        silver_ad_features,
+        user_sequences,
+        training_examples,
+    ]

@@ -25,8 +25,13 @@ GROUP = "reports"
 SQL_PACK = dg.AssetKey(["reports", "sql_pack"])
 SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
 PREVIEW_ROWS = 20
-EXPORTED = [key("gold.teacher_logits"), key("gold.user_embeddings"), key("gold.ad_embeddings"),
-            dg.AssetKey(["indexes", "ad_index"]), dg.AssetKey(["indexes", "user_index"])]
+EXPORTED = [
+    key("gold.teacher_logits"),
+    key("gold.user_embeddings"),
+    key("gold.ad_embeddings"),
+    dg.AssetKey(["indexes", "ad_index"]),
+    dg.AssetKey(["indexes", "user_index"]),
+]
 
 
 class ReportQueryError(RuntimeError):

@@ -28,8 +28,13 @@ from gem_model.train.manifest import read_manifest
 GROUP = "student"
 STUDENT_MODELS = dg.AssetKey("student_models")
 STUDENT_METRICS = "gold.student_metrics"
-FINITE_CHECK = dg.AssetCheckSpec("finite_metrics", asset=STUDENT_MODELS, blocking=True, partitions_def=MODEL_VERSIONS,
-                                 description="Every student variant has a finite overall ctr AUC and NE")
+FINITE_CHECK = dg.AssetCheckSpec(
+    "finite_metrics",
+    asset=STUDENT_MODELS,
+    blocking=True,
+    partitions_def=MODEL_VERSIONS,
+    description="Every student variant has a finite overall ctr AUC and NE",
+)
 
 
 def _summary(manifest: dict) -> dict[str, object]:
@@ -41,40 +46,59 @@ def _summary(manifest: dict) -> dict[str, object]:
     def ne(variant: str, scope: str) -> float:
         return metrics.get(f"{variant}/{'' if scope == 'all' else scope + '/'}ctr/ne", math.nan)
 
-    lines = ["| scope | " + " | ".join(columns) + " | KD gain | adapter gain |",
-             "|---" * (len(columns) + 3) + "|"]
+    lines = ["| scope | " + " | ".join(columns) + " | KD gain | adapter gain |", "|---" * (len(columns) + 3) + "|"]
     for scope, gains in manifest["gains"].items():
         ctr = gains["ctr"]
         cells = [f"{ne(v, scope):.4f}" for v in columns]
         cells += [f"{ctr['kd_ne_gain']:+.4f}", f"{ctr['adapter_ne_gain']:+.4f}"]
         lines.append(f"| {scope} | " + " | ".join(cells) + " |")
     overall = manifest["gains"]["all"]["ctr"]
-    return {"ctr_ne_by_surface": dg.MetadataValue.md("\n".join(lines)),
-            **{f"{v}/ctr/ne": round(ne(v, "all"), 4) for v in columns if math.isfinite(ne(v, "all"))},
-            **{f"gain/ctr/{k}": round(v, 4) for k, v in overall.items() if math.isfinite(v)}}
+    return {
+        "ctr_ne_by_surface": dg.MetadataValue.md("\n".join(lines)),
+        **{f"{v}/ctr/ne": round(ne(v, "all"), 4) for v in columns if math.isfinite(ne(v, "all"))},
+        **{f"gain/ctr/{k}": round(v, 4) for k, v in overall.items() if math.isfinite(v)},
+    }
 
 
 def _finite_metrics(manifest: dict) -> dg.AssetCheckResult:
     metrics = manifest["metrics"]
     required = [f"{v}/ctr/{m}" for v in manifest["config"]["student"]["variants"] for m in ("auc", "ne")]
     missing = [m for m in required if not math.isfinite(metrics.get(m, math.nan))]
-    return dg.AssetCheckResult(asset_key=STUDENT_MODELS, check_name=FINITE_CHECK.name, passed=not missing,
-                               description=f"missing or non-finite: {missing}" if missing else "ok",
-                               metadata={m: metrics[m] for m in required if m not in missing})
+    return dg.AssetCheckResult(
+        asset_key=STUDENT_MODELS,
+        check_name=FINITE_CHECK.name,
+        passed=not missing,
+        description=f"missing or non-finite: {missing}" if missing else "ok",
+        metadata={m: metrics[m] for m in required if m not in missing},
+    )
 
 
 @dg.multi_asset(
-    specs=[dg.AssetSpec(STUDENT_MODELS, group_name=GROUP, kinds={"pytorch"},
-                        deps=[key("gold.training_examples"), key("gold.teacher_logits"), key("gold.user_embeddings"),
-                              key("gold.ad_embeddings")],
-                        description="Per-surface students (labels / KD / Student Adapter) of one teacher version"),
-           dg.AssetSpec(key(STUDENT_METRICS), group_name=GROUP, kinds={"delta"}, deps=[STUDENT_MODELS],
-                        description="Per-surface NE/AUC of every student variant, the teacher and the oracle")],
+    specs=[
+        dg.AssetSpec(
+            STUDENT_MODELS,
+            group_name=GROUP,
+            kinds={"pytorch"},
+            deps=[
+                key("gold.training_examples"),
+                key("gold.teacher_logits"),
+                key("gold.user_embeddings"),
+                key("gold.ad_embeddings"),
+            ],
+            description="Per-surface students (labels / KD / Student Adapter) of one teacher version",
+        ),
+        dg.AssetSpec(
+            key(STUDENT_METRICS),
+            group_name=GROUP,
+            kinds={"delta"},
+            deps=[STUDENT_MODELS],
+            description="Per-surface NE/AUC of every student variant, the teacher and the oracle",
+        ),
+    ],
     check_specs=[FINITE_CHECK],
     partitions_def=MODEL_VERSIONS,
 )
-def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource,
-                   launcher: JobLauncher):
+def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource, launcher: JobLauncher):
     """Train the students of a teacher version on the days after its window and commit their metrics."""
     from gem_lake.delta import replace_partition
     from gem_model.distill.artefact import metric_rows, read_student_manifest, student_version
@@ -91,16 +115,23 @@ def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
             launcher.single_process().launch(
-                context, "jobs.train_student",
-                ["--model-version", version, "--config", str(config_file), "--out", str(directory)], nproc=1)
+                context,
+                "jobs.train_student",
+                ["--model-version", version, "--config", str(config_file), "--out", str(directory)],
+                nproc=1,
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         manifest = read_student_manifest(directory)
     yield dg.MaterializeResult(
         asset_key=STUDENT_MODELS,
-        metadata={"student_version": name, "path": dg.MetadataValue.path(str(directory)),
-                  **{f"inference_ms_per_1000/{v}": round(ms, 2) for v, ms in manifest["inference_ms_per_1000"].items()},
-                  "rows": dg.MetadataValue.json(manifest["rows"]), **_summary(manifest)},
+        metadata={
+            "student_version": name,
+            "path": dg.MetadataValue.path(str(directory)),
+            **{f"inference_ms_per_1000/{v}": round(ms, 2) for v, ms in manifest["inference_ms_per_1000"].items()},
+            "rows": dg.MetadataValue.json(manifest["rows"]),
+            **_summary(manifest),
+        },
         data_version=dg.DataVersion(name),
         check_results=[_finite_metrics(manifest)],
     )
@@ -108,8 +139,10 @@ def student_models(context: dg.AssetExecutionContext, spark: SparkResource, lake
     columns = CONTRACT[STUDENT_METRICS].columns
     df = s.createDataFrame(metric_rows(manifest), ", ".join(f"{c} {t}" for c, t in columns.items()))
     rows = replace_partition(df, paths.table(STUDENT_METRICS), {"model_version": version, "student_version": name})
-    yield dg.MaterializeResult(asset_key=key(STUDENT_METRICS),
-                               metadata={"student_version": name, **table_metadata(lake, STUDENT_METRICS, rows)})
+    yield dg.MaterializeResult(
+        asset_key=key(STUDENT_METRICS),
+        metadata={"student_version": name, **table_metadata(lake, STUDENT_METRICS, rows)},
+    )
 
 
 def build_student_checks() -> list[dg.AssetChecksDefinition]:

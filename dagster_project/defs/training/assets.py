@@ -29,15 +29,24 @@ from gem_model.train.promotion import PromotionDecision, PromotionRefusedError, 
 
 GROUP = "training"
 TEACHER_MODEL = dg.AssetKey("teacher_model")
-HOLDOUT_CHECK = dg.AssetCheckSpec("holdout_metrics", asset=TEACHER_MODEL, blocking=True,
-                                  description="The promotion rule: holdout metrics finite, AUC above the floor and "
-                                              "not worse than the promoted model's on the same holdout beyond "
-                                              "the tolerance; the version is promoted to LATEST only if this "
-                                              "passes")
+HOLDOUT_CHECK = dg.AssetCheckSpec(
+    "holdout_metrics",
+    asset=TEACHER_MODEL,
+    blocking=True,
+    description="The promotion rule: holdout metrics finite, AUC above the floor and "
+    "not worse than the promoted model's on the same holdout beyond "
+    "the tolerance; the version is promoted to LATEST only if this "
+    "passes",
+)
 
 
-@dg.asset(key=TEACHER_MODEL, group_name=GROUP, deps=[key("gold.training_examples")], kinds={"pytorch"},
-          check_specs=[HOLDOUT_CHECK])
+@dg.asset(
+    key=TEACHER_MODEL,
+    group_name=GROUP,
+    deps=[key("gold.training_examples")],
+    kinds={"pytorch"},
+    check_specs=[HOLDOUT_CHECK],
+)
 def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launcher: JobLauncher) -> dg.MaterializeResult:
     """GEM teacher trained with TorchRec over torchrun workers; checkpoint + manifest per version."""
     from gem_lake.delta import table_version
@@ -53,9 +62,21 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
         try:
             config_file = staging / "config.json"
             config_file.write_text(cfg.to_json())
-            launched = launcher.launch(context, "jobs.train",
-                                       ["--config", str(config_file), "--data", str(data), "--data-version",
-                                        str(data_version), "--model-dir", str(model_dir)], nproc=cfg.train.nproc)
+            launched = launcher.launch(
+                context,
+                "jobs.train",
+                [
+                    "--config",
+                    str(config_file),
+                    "--data",
+                    str(data),
+                    "--data-version",
+                    str(data_version),
+                    "--model-dir",
+                    str(model_dir),
+                ],
+                nproc=cfg.train.nproc,
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         manifest = read_manifest(model_dir)
@@ -67,21 +88,32 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
             decision = refused.decision
             context.log.error(str(refused))
     metrics = manifest["metrics"]
-    headline = {k: round(metrics[k], 4) for k in sorted(metrics)
-                if k.count("/") == 1 and not k.endswith(("rows", "positives"))}
+    headline = {
+        k: round(metrics[k], 4) for k in sorted(metrics) if k.count("/") == 1 and not k.endswith(("rows", "positives"))
+    }
     return dg.MaterializeResult(
-        metadata={"model_version": model_version, "architecture": cfg.model.architecture,
-                  "training_data_version": data_version, "promoted": decision.promoted,
-                  "promotion": dg.MetadataValue.json(dataclasses.asdict(decision)),
-                  "train_examples_per_second": round(manifest["train_examples_per_second"]),
-                  "path": dg.MetadataValue.path(str(model_dir)), **headline,
-                  "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"]),
-                  "baselines": dg.MetadataValue.md(_baselines(lake, manifest, decision)),
-                  **launched.metadata},  # where it ran: the Slurm job id and log, the Kubernetes job
+        metadata={
+            "model_version": model_version,
+            "architecture": cfg.model.architecture,
+            "training_data_version": data_version,
+            "promoted": decision.promoted,
+            "promotion": dg.MetadataValue.json(dataclasses.asdict(decision)),
+            "train_examples_per_second": round(manifest["train_examples_per_second"]),
+            "path": dg.MetadataValue.path(str(model_dir)),
+            **headline,
+            "sharding_plan": dg.MetadataValue.json(manifest["sharding_plan"]),
+            "baselines": dg.MetadataValue.md(_baselines(lake, manifest, decision)),
+            **launched.metadata,
+        },  # where it ran: the Slurm job id and log, the Kubernetes job
         data_version=dg.DataVersion(model_version),
-        check_results=[dg.AssetCheckResult(check_name=HOLDOUT_CHECK.name, passed=decision.promoted,
-                                           description=decision.description,
-                                           metadata={"model_version": model_version, **decision.check_metadata()})],
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=HOLDOUT_CHECK.name,
+                passed=decision.promoted,
+                description=decision.description,
+                metadata={"model_version": model_version, **decision.check_metadata()},
+            )
+        ],
     )
 
 
@@ -89,13 +121,20 @@ def _baselines(lake: LakeResource, manifest: dict, decision: PromotionDecision) 
     """The holdout AUC and NE per task beside the previous LATEST's (the promotion's incumbent: same holdout
     only) and the oracle's."""
     metrics, before = manifest["metrics"], decision.incumbent_metrics
-    columns = ["this model", *([f"previous LATEST ({decision.incumbent})"] if before else []),
-               "oracle (true probabilities)"]
+    columns = [
+        "this model",
+        *([f"previous LATEST ({decision.incumbent})"] if before else []),
+        "oracle (true probabilities)",
+    ]
     lines = ["| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for task in TASKS:
         for name in ("auc", "ne"):
-            cells = [metrics.get(f"{task}/{name}"), *([before.get(f"{task}/{name}")] if before else []),
-                     metrics.get(f"{task}/oracle_{name}")]
-            lines.append(f"| {task} {name.upper()} | " + " | ".join("–" if c is None else f"{c:.4f}" for c in cells)
-                         + " |")
+            cells = [
+                metrics.get(f"{task}/{name}"),
+                *([before.get(f"{task}/{name}")] if before else []),
+                metrics.get(f"{task}/oracle_{name}"),
+            ]
+            lines.append(
+                f"| {task} {name.upper()} | " + " | ".join("–" if c is None else f"{c:.4f}" for c in cells) + " |"
+            )
     return "\n".join(lines)

@@ -32,8 +32,9 @@ class JobLauncher(dg.ConfigurableResource):
     metrics appear in the Dagster run."""
 
     @abstractmethod
-    def launch(self, context: dg.AssetExecutionContext, module: str, args: Sequence[str],
-               nproc: int) -> dg.PipesClientCompletedInvocation:
+    def launch(
+        self, context: dg.AssetExecutionContext, module: str, args: Sequence[str], nproc: int
+    ) -> dg.PipesClientCompletedInvocation:
         """Run `module` (e.g. `jobs.train`) with `args` on `nproc` ranks per node; return when it has exited
         successfully, raise when it failed."""
 
@@ -48,16 +49,24 @@ class JobLauncher(dg.ConfigurableResource):
 def module_args(module: str, args: Sequence[str]) -> list[str]:
     """The end of a torchrun command: run `module` as `python -m` would, with `args`."""
     if not MODULE_NAME.fullmatch(module):
-        raise ValueError(f"module={module!r} is not a Python module name: launchers start modules, "
-                         "e.g. 'jobs.train' for jobs/train.py")
+        raise ValueError(
+            f"module={module!r} is not a Python module name: launchers start modules, "
+            "e.g. 'jobs.train' for jobs/train.py"
+        )
     return ["-m", module, *args]
 
 
 def c10d_args(nnodes: int | str, node_rank: str, nproc_per_node: int, endpoint: str, rdzv_id: str) -> list[str]:
     """torchrun's options for one node of a multi-node job: c10d rendezvous at `endpoint`, `rdzv_id` naming
     the job (shell or Kubernetes variables may stand for values only the node knows)."""
-    return [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}"]
+    return [
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+    ]
 
 
 @contextmanager

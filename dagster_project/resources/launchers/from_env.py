@@ -25,19 +25,24 @@ def launcher_from_env(gem_home: str) -> JobLauncher:
     GEM_LAUNCHER_CONFIG; a cluster launcher's `gem_home` defaults to the lake's home."""
     choice = os.environ.get("GEM_LAUNCHER") or "local"
     if choice not in LAUNCHERS:
-        raise ValueError(f"GEM_LAUNCHER={choice!r} is not a launcher; choose one of {sorted(LAUNCHERS)} "
-                         "(unset means 'local')")
+        raise ValueError(
+            f"GEM_LAUNCHER={choice!r} is not a launcher; choose one of {sorted(LAUNCHERS)} (unset means 'local')"
+        )
     cls = LAUNCHERS[choice]
     config_path = os.environ.get("GEM_LAUNCHER_CONFIG")
     settings: dict[str, Any] = json.loads(Path(config_path).read_text()) if config_path else {}
     unknown = sorted(set(settings) - set(cls.model_fields))
     if unknown:
-        raise ValueError(f"GEM_LAUNCHER_CONFIG={config_path}: unknown {cls.__name__} fields {unknown}; "
-                         f"valid fields: {sorted(cls.model_fields)}")
+        raise ValueError(
+            f"GEM_LAUNCHER_CONFIG={config_path}: unknown {cls.__name__} fields {unknown}; "
+            f"valid fields: {sorted(cls.model_fields)}"
+        )
     if "gem_home" in cls.model_fields:
         settings.setdefault("gem_home", gem_home)
     try:
         return cls(**settings)
     except pydantic.ValidationError as e:
-        raise ValueError(f"GEM_LAUNCHER={choice} needs settings in the JSON file named by GEM_LAUNCHER_CONFIG "
-                         f"(now {config_path!r}): {e}") from e
+        raise ValueError(
+            f"GEM_LAUNCHER={choice} needs settings in the JSON file named by GEM_LAUNCHER_CONFIG "
+            f"(now {config_path!r}): {e}"
+        ) from e

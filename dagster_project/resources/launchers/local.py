@@ -28,9 +28,9 @@ class LocalTorchrunLauncher(JobLauncher):
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
         return env
 
-    def launch(self, context: dg.AssetExecutionContext, module: str, args: Sequence[str],
-               nproc: int) -> dg.PipesClientCompletedInvocation:
+    def launch(
+        self, context: dg.AssetExecutionContext, module: str, args: Sequence[str], nproc: int
+    ) -> dg.PipesClientCompletedInvocation:
         client = dg.PipesSubprocessClient()
         with pipes_quietly():
-            return client.run(context=context, command=self.command(module, args, nproc),
-                              env=self.environment(nproc))
+            return client.run(context=context, command=self.command(module, args, nproc), env=self.environment(nproc))

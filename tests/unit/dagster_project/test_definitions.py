@@ -18,13 +18,19 @@ def test_definitions_load_with_jobs_schedule_sensor_and_checks(tmp_path):
     defs = build_definitions(lake=LakeResource(home=str(tmp_path)))
     repo = defs.get_repository_def()
     assert {"build_dimensions_job", "build_features_job", "train_teacher_job", "export_job"} <= {
-        j.name for j in repo.get_all_jobs()}
+        j.name for j in repo.get_all_jobs()
+    }
     assert [s.name for s in repo.schedule_defs] == ["build_features_job_schedule"]
     assert [s.name for s in repo.sensor_defs] == ["teacher_model_sensor"]
     graph = repo.asset_graph
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert {"bronze/impressions", "gold/training_examples", "teacher_model", "gold/teacher_logits",
-            "indexes/ad_index"} <= keys
+    assert {
+        "bronze/impressions",
+        "gold/training_examples",
+        "teacher_model",
+        "gold/teacher_logits",
+        "indexes/ad_index",
+    } <= keys
     labels = [k.path[-1] for k in graph.get_all_asset_keys()]  # what the lineage graph shows on each node
     assert len(labels) == len(set(labels)), sorted(labels)
     assert {"bronze/rejected_rows", "gold/index_builds"} <= keys  # reported by the steps that write them
@@ -58,12 +64,15 @@ def test_runs_execute_in_process_unless_the_environment_asks_otherwise(tmp_path,
 
 def test_the_code_location_loads_without_torch_faiss_or_spark(tmp_path):
     """Every Dagster process (webserver, daemon, each run worker) loads it: heavy libraries wait for the step."""
-    child = (f"from dagster_project.definitions import build_definitions; "
-             f"from dagster_project.resources.lake import LakeResource; "
-             f"build_definitions(lake=LakeResource(home={str(tmp_path)!r})); import sys; "
-             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).parents[3])
+    child = (
+        f"from dagster_project.definitions import build_definitions; "
+        f"from dagster_project.resources.lake import LakeResource; "
+        f"build_definitions(lake=LakeResource(home={str(tmp_path)!r})); import sys; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[3]
+    )
     assert done.stdout.strip() == "[]", done.stdout
 
 
@@ -88,10 +97,12 @@ def test_the_sensor_requests_each_missing_version_and_day(tmp_path):
     defs = build_definitions(lake=lake)
     sensor = defs.get_repository_def().get_sensor_def("teacher_model_sensor")
     with dg.instance_for_test() as instance:
+
         def tick():
             # With the instance's ref, as the daemon builds it: the tick's new partitions count when its runs resolve.
-            with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
-                                         resources={"lake": lake}) as context:
+            with dg.build_sensor_context(
+                instance_ref=instance.get_ref(), definitions=defs, resources={"lake": lake}
+            ) as context:
                 result = sensor.evaluate_tick(context)
             for request in result.dynamic_partitions_requests or []:
                 instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -102,7 +113,9 @@ def test_the_sensor_requests_each_missing_version_and_day(tmp_path):
         _promoted(lake, "v1")  # promoted by hand (gem promote): the sensor makes it a partition
         first = tick()
         assert [(r.partition_key, r.run_key) for r in first.run_requests] == [
-            ("2026-11-05|v1", "v1:2026-11-05"), ("2026-11-06|v1", "v1:2026-11-06")]
+            ("2026-11-05|v1", "v1:2026-11-05"),
+            ("2026-11-06|v1", "v1:2026-11-06"),
+        ]
         assert instance.get_dynamic_partitions("model_versions") == ["v1"]
         # v2 is promoted; its first holdout day is already exported (both indexes published): only the second.
         _promoted(lake, "v2")
@@ -112,8 +125,9 @@ def test_the_sensor_requests_each_missing_version_and_day(tmp_path):
             (directory / "CURRENT").write_text("build-x\n")
         assert [r.run_key for r in tick().run_requests] == ["v2:2026-11-06"]
         # The daily schedule built a day after the configured calendar: it is exported with the promoted model.
-        instance.report_runless_asset_event(dg.AssetMaterialization(["gold", "training_examples"],
-                                                                    partition="2026-11-07"))
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(["gold", "training_examples"], partition="2026-11-07")
+        )
         assert [r.run_key for r in tick().run_requests] == ["v2:2026-11-06", "v2:2026-11-07"]
         assert instance.get_dynamic_partitions("model_versions") == ["v1", "v2"]
 

@@ -21,8 +21,14 @@ K8S_VERSIONS = ("1.30.0", "1.37.0")
 PRIMITIVES = {"str": str, "int": int, "bool": bool, "object": object}
 VARIANTS = {
     "one node": {},
-    "three GPU nodes": {"nnodes": 3, "gpus": 8, "cpu": "32", "memory": "256Gi", "service_account": "trainer",
-                        "env": {"NCCL_DEBUG": "WARN"}},
+    "three GPU nodes": {
+        "nnodes": 3,
+        "gpus": 8,
+        "cpu": "32",
+        "memory": "256Gi",
+        "service_account": "trainer",
+        "env": {"NCCL_DEBUG": "WARN"},
+    },
     "one rank a node": {"nnodes": 2, "nproc_per_node": 1},
 }
 
@@ -32,8 +38,9 @@ class SchemaError(ValueError):
 
 
 def launcher(kind: str, **fields: Any) -> KubernetesTorchrunLauncher:
-    return KubernetesTorchrunLauncher(image="registry.example/gem:1", gem_home="/gem", gem_home_claim="gem-home",
-                                      kind=kind, **fields)
+    return KubernetesTorchrunLauncher(
+        image="registry.example/gem:1", gem_home="/gem", gem_home_claim="gem-home", kind=kind, **fields
+    )
 
 
 def validate_core(obj: dict[str, Any]) -> None:
@@ -70,16 +77,18 @@ def validate_model(data: Any, type_name: str, where: str = "PyTorchJob") -> None
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_pytorchjobs_validate_against_the_training_operators_models(variant):
-    job = launcher("PyTorchJob", **VARIANTS[variant]).render("jobs.train", ["--config", "c.json"], nproc=2,
-                                                            run_id="run-1")
+    job = launcher("PyTorchJob", **VARIANTS[variant]).render(
+        "jobs.train", ["--config", "c.json"], nproc=2, run_id="run-1"
+    )
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     validate_model(job, "KubeflowOrgV1PyTorchJob")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_indexed_jobs_and_their_services_validate_against_the_kubernetes_api(variant):
-    manifest = launcher("IndexedJob", **VARIANTS[variant]).render("jobs.score", ["--ds", "2026-11-05"], nproc=1,
-                                                                  run_id="run-1")
+    manifest = launcher("IndexedJob", **VARIANTS[variant]).render(
+        "jobs.score", ["--ds", "2026-11-05"], nproc=1, run_id="run-1"
+    )
     assert (manifest["apiVersion"], manifest["kind"]) == ("v1", "List")  # kubectl's list, not an API object
     for item in manifest["items"]:
         validate_core(item)

@@ -50,8 +50,9 @@ PROBE_ARGS = ["--greeting", "it's a $(HOME) test"]
 
 
 def k8s_launcher(**fields: Any) -> KubernetesTorchrunLauncher:
-    return KubernetesTorchrunLauncher(**{"image": "registry.example/gem:1", "gem_home": "/gem",
-                                         "gem_home_claim": "gem-home", **fields})
+    return KubernetesTorchrunLauncher(
+        **{"image": "registry.example/gem:1", "gem_home": "/gem", "gem_home_claim": "gem-home", **fields}
+    )
 
 
 def containers(pod_template: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,8 +60,15 @@ def containers(pod_template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
-    launcher = k8s_launcher(nnodes=3, gpus=8, cpu="32", memory="256Gi", service_account="trainer",
-                            namespace="ml", env={"NCCL_DEBUG": "WARN"})
+    launcher = k8s_launcher(
+        nnodes=3,
+        gpus=8,
+        cpu="32",
+        memory="256Gi",
+        service_account="trainer",
+        namespace="ml",
+        env={"NCCL_DEBUG": "WARN"},
+    )
     job = launcher.render("jobs.train", TRAIN_ARGS, nproc=8, run_id=RUN_ID)
 
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
@@ -75,8 +83,17 @@ def test_pytorchjob_has_master_and_workers_running_torchrun_with_c10d():
         [container] = containers(pod)
         assert container["name"] == "pytorch"
         assert container["command"] == [
-            "torchrun", "--nnodes=3", "--node-rank=$(RANK)", "--nproc-per-node=8", "--rdzv-backend=c10d",
-            "--rdzv-endpoint=$(MASTER_ADDR):29400", f"--rdzv-id={name}", "-m", "jobs.train", *TRAIN_ARGS]
+            "torchrun",
+            "--nnodes=3",
+            "--node-rank=$(RANK)",
+            "--nproc-per-node=8",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=$(MASTER_ADDR):29400",
+            f"--rdzv-id={name}",
+            "-m",
+            "jobs.train",
+            *TRAIN_ARGS,
+        ]
         assert "workingDir" not in container  # the image's WORKDIR: the module is found in its environment
         assert container["resources"]["limits"] == {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
         assert {"name": "pytorchjob-port", "containerPort": 29400} in container["ports"]
@@ -101,32 +118,42 @@ def test_single_node_pytorchjob_has_no_workers_and_nproc_defaults_to_the_assets(
 def test_one_rank_per_pod_takes_the_pods_cpus_and_env_can_pin_the_threads():
     job = k8s_launcher(nproc_per_node=1).render("jobs.train", [], nproc=4, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
-    assert {"name": "OMP_NUM_THREADS", "valueFrom": {"resourceFieldRef": {
-        "containerName": "pytorch", "resource": "limits.cpu", "divisor": "1"}}} in container["env"]
+    assert {
+        "name": "OMP_NUM_THREADS",
+        "valueFrom": {"resourceFieldRef": {"containerName": "pytorch", "resource": "limits.cpu", "divisor": "1"}},
+    } in container["env"]
     job = k8s_launcher(cpu="7500m", nproc_per_node=2).render("jobs.train", [], nproc=1, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert {"name": "OMP_NUM_THREADS", "value": "3"} in container["env"]
     job = k8s_launcher(env={"OMP_NUM_THREADS": "16"}).render("jobs.train", [], nproc=2, run_id=RUN_ID)
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert [e for e in container["env"] if e["name"] == "OMP_NUM_THREADS"] == [
-        {"name": "OMP_NUM_THREADS", "value": "16"}]
+        {"name": "OMP_NUM_THREADS", "value": "16"}
+    ]
 
 
 def test_a_single_process_job_runs_once_on_one_node_whatever_the_launchers_nodes(tmp_path):
-    job = k8s_launcher(nnodes=3, nproc_per_node=8).single_process().render("jobs.train_student", ["--x"], nproc=1,
-                                                                           run_id=RUN_ID)
+    job = (
+        k8s_launcher(nnodes=3, nproc_per_node=8)
+        .single_process()
+        .render("jobs.train_student", ["--x"], nproc=1, run_id=RUN_ID)
+    )
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
     [container] = containers(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"])
     assert "--nnodes=1" in container["command"] and "--nproc-per-node=1" in container["command"]
-    script = SlurmTorchrunLauncher(gem_home=str(tmp_path), nnodes=4, nproc_per_node=8).single_process().render(
-        "jobs.train_student", ["--x"], nproc=1, run_id=RUN_ID)
+    script = (
+        SlurmTorchrunLauncher(gem_home=str(tmp_path), nnodes=4, nproc_per_node=8)
+        .single_process()
+        .render("jobs.train_student", ["--x"], nproc=1, run_id=RUN_ID)
+    )
     assert "#SBATCH --nodes=1" in script and "--nproc-per-node=1" in script
     assert LocalTorchrunLauncher().single_process() == LocalTorchrunLauncher()
 
 
 def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous(tmp_path):
     manifest = k8s_launcher(kind="IndexedJob", nnodes=4, gpus=2, nproc_per_node=2, rdzv_port=29500).render(
-        "jobs.train", TRAIN_ARGS, nproc=1, run_id=RUN_ID)
+        "jobs.train", TRAIN_ARGS, nproc=1, run_id=RUN_ID
+    )
 
     assert (manifest["apiVersion"], manifest["kind"]) == ("v1", "List")
     service, job = manifest["items"]
@@ -138,7 +165,11 @@ def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous
     assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (
-        "Indexed", 4, 4, 0)
+        "Indexed",
+        4,
+        4,
+        0,
+    )
     pod = spec["template"]
     # The Service selects exactly this job's pods, and they live in its DNS subdomain.
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
@@ -151,9 +182,18 @@ def test_indexed_job_uses_completion_index_and_a_headless_service_for_rendezvous
         lookups = []
         words = run_shell(shell, {"JOB_COMPLETION_INDEX": index}, tmp_path, lookups)
         assert words == [
-            "torchrun", "--nnodes=4", f"--node-rank={index}", "--nproc-per-node=2", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={name}-0.{name}:29500", f"--rdzv-id={name}", f"--rdzv-conf=is_host={is_host}",
-            "-m", "jobs.train", *TRAIN_ARGS]
+            "torchrun",
+            "--nnodes=4",
+            f"--node-rank={index}",
+            "--nproc-per-node=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={name}-0.{name}:29500",
+            f"--rdzv-id={name}",
+            f"--rdzv-conf=is_host={is_host}",
+            "-m",
+            "jobs.train",
+            *TRAIN_ARGS,
+        ]
         assert lookups == ([f"hosts {name}-0.{name}"] if waits else [])
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert {"name": "gem-home", "mountPath": "/gem"} in container["volumeMounts"]
@@ -168,15 +208,25 @@ def run_shell(shell: str, env: dict[str, str], bin_dir: Path, lookups: list[str]
         (bin_dir / tool).chmod(0o755)
     log = bin_dir / "lookups"
     log.write_text("")
-    out = subprocess.run(["sh", "-c", shell.replace("$$", "$")], capture_output=True, text=True, check=True,
-                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOOKUPS": str(log), **env})
+    out = subprocess.run(
+        ["sh", "-c", shell.replace("$$", "$")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOOKUPS": str(log), **env},
+    )
     lookups += log.read_text().splitlines()
     return out.stdout.splitlines()
 
 
 def test_launchers_start_modules_not_script_paths():
     assert LocalTorchrunLauncher().command("jobs.train", ["--x"], nproc=2)[-5:] == [
-        "--standalone", "--nproc-per-node=2", "-m", "jobs.train", "--x"]
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "jobs.train",
+        "--x",
+    ]
     refused = r"module='jobs/train.py' is not a Python module name: launchers start modules, e.g. 'jobs.train'"
     with pytest.raises(ValueError, match=refused):
         LocalTorchrunLauncher().command("jobs/train.py", [], nproc=1)
@@ -199,13 +249,17 @@ def test_rendered_specs_carry_the_pipes_session_env(tmp_path):
 
     @dg.asset
     def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
-                                   message_reader=dg.PipesFileMessageReader(str(messages))) as session:
+        with dg.open_pipes_session(
+            context=context,
+            context_injector=dg.PipesEnvContextInjector(),
+            message_reader=dg.PipesFileMessageReader(str(messages)),
+        ) as session:
             env = session.get_bootstrap_env_vars()
             rendered["env"] = env
             rendered["k8s"] = k8s_launcher().render("jobs.train", [], 1, context.run_id, env=env)
-            rendered["slurm"] = SlurmTorchrunLauncher(gem_home="/gem").render("jobs.train", [], 1,
-                                                                               context.run_id, env=env)
+            rendered["slurm"] = SlurmTorchrunLauncher(gem_home="/gem").render(
+                "jobs.train", [], 1, context.run_id, env=env
+            )
         return dg.MaterializeResult()
 
     messages = tmp_path / "messages.jsonl"
@@ -222,10 +276,20 @@ def test_rendered_specs_carry_the_pipes_session_env(tmp_path):
 
 
 def test_sbatch_script_has_directives_and_srun_torchrun_per_node():
-    launcher = SlurmTorchrunLauncher(gem_home="/shared/gem", nnodes=4, gpus_per_node=8, cpus_per_task=64,
-                                     mem="480G", time_limit="12:00:00", partition="gpu", account="ads",
-                                     extra_directives=["exclusive", "--qos=high"], python="/shared/venv/bin/python",
-                                     workdir="/shared/gem-pipeline", env={"NCCL_DEBUG": "WARN"})
+    launcher = SlurmTorchrunLauncher(
+        gem_home="/shared/gem",
+        nnodes=4,
+        gpus_per_node=8,
+        cpus_per_task=64,
+        mem="480G",
+        time_limit="12:00:00",
+        partition="gpu",
+        account="ads",
+        extra_directives=["exclusive", "--qos=high"],
+        python="/shared/venv/bin/python",
+        workdir="/shared/gem-pipeline",
+        env={"NCCL_DEBUG": "WARN"},
+    )
     args = ["--config", "/shared/gem/staging/train/it's v1.json"]
     script = launcher.render("jobs.train", args, nproc=8, run_id=RUN_ID)
     name = job_name("jobs.train", args, RUN_ID)
@@ -234,22 +298,50 @@ def test_sbatch_script_has_directives_and_srun_torchrun_per_node():
     assert lines[0] == "#!/bin/bash"
     directives = [line.removeprefix("#SBATCH ") for line in lines if line.startswith("#SBATCH ")]
     assert directives == [
-        f"--job-name={name}", "--nodes=4", "--ntasks-per-node=1", f"--output=/shared/gem/staging/slurm/{name}.out",
-        "--export=ALL", "--gpus-per-node=8", "--cpus-per-task=64", "--mem=480G", "--time=12:00:00",
-        "--partition=gpu", "--account=ads", "--exclusive", "--qos=high"]
+        f"--job-name={name}",
+        "--nodes=4",
+        "--ntasks-per-node=1",
+        f"--output=/shared/gem/staging/slurm/{name}.out",
+        "--export=ALL",
+        "--gpus-per-node=8",
+        "--cpus-per-task=64",
+        "--mem=480G",
+        "--time=12:00:00",
+        "--partition=gpu",
+        "--account=ads",
+        "--exclusive",
+        "--qos=high",
+    ]
     assert "cd /shared/gem-pipeline" in lines
     assert "export GEM_HOME=/shared/gem" in lines and "export NCCL_DEBUG=WARN" in lines
     assert 'export GEM_RDZV_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"' in lines
     [srun] = [line for line in lines if line.startswith("srun ")]
     words = shlex.split(srun)
-    assert words[:6] == ["srun", "--ntasks-per-node=1", "--cpus-per-task=$SLURM_CPUS_ON_NODE", "--kill-on-bad-exit=1",
-                         "bash", "-c"]
+    assert words[:6] == [
+        "srun",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=$SLURM_CPUS_ON_NODE",
+        "--kill-on-bad-exit=1",
+        "bash",
+        "-c",
+    ]
     # What each node's bash runs: torchrun with the rendezvous on the first node, then the module + args.
     torchrun = shlex.split(words[6])
     assert torchrun == [
-        "exec", "/shared/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=$SLURM_NNODES",
-        "--node-rank=$SLURM_NODEID", "--nproc-per-node=8", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=$GEM_RDZV_HOST:29400", "--rdzv-id=$SLURM_JOB_ID", "-m", "jobs.train", *args]
+        "exec",
+        "/shared/venv/bin/python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=$SLURM_NNODES",
+        "--node-rank=$SLURM_NODEID",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=$GEM_RDZV_HOST:29400",
+        "--rdzv-id=$SLURM_JOB_ID",
+        "-m",
+        "jobs.train",
+        *args,
+    ]
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
@@ -265,11 +357,18 @@ def test_gem_launcher_selects_the_launcher_with_settings_from_the_config_file(tm
     defs = build_definitions(lake=LakeResource(home=str(tmp_path / "gem")))
     slurm = defs.resources["launcher"]
     assert isinstance(slurm, SlurmTorchrunLauncher)
-    assert (slurm.gem_home, slurm.partition, slurm.nnodes, slurm.gpus_per_node) == (
-        str(tmp_path / "gem"), "gpu", 2, 8)
+    assert (slurm.gem_home, slurm.partition, slurm.nnodes, slurm.gpus_per_node) == (str(tmp_path / "gem"), "gpu", 2, 8)
 
-    settings.write_text(json.dumps({"image": "registry.example/gem:1", "gem_home_claim": "gem-home",
-                                    "kind": "IndexedJob", "gem_home": "/mnt/gem"}))
+    settings.write_text(
+        json.dumps(
+            {
+                "image": "registry.example/gem:1",
+                "gem_home_claim": "gem-home",
+                "kind": "IndexedJob",
+                "gem_home": "/mnt/gem",
+            }
+        )
+    )
     monkeypatch.setenv("GEM_LAUNCHER", "kubernetes")
     k8s = launcher_from_env(str(tmp_path))
     assert isinstance(k8s, KubernetesTorchrunLauncher)
@@ -340,8 +439,11 @@ def test_local_launch_runs_the_module_under_torchrun_through_pipes(tmp_path, mon
     result = dg.materialize([launched_probe], resources={"launcher": LocalTorchrunLauncher()})
 
     assert result.success
-    assert materialized_metadata(result) == {"world_size": 2, "argv": " | ".join(PROBE_ARGS),
-                                             "gem_home": str(tmp_path / "gem")}
+    assert materialized_metadata(result) == {
+        "world_size": 2,
+        "argv": " | ".join(PROBE_ARGS),
+        "gem_home": str(tmp_path / "gem"),
+    }
 
 
 # Stand-ins for the Slurm client tools on a one-node "cluster": sbatch runs the batch script here.
@@ -373,16 +475,21 @@ def test_slurm_launch_runs_torchrun_through_pipes(tmp_path, monkeypatch, free_po
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     gem_home = tmp_path / "gem"
-    launcher = SlurmTorchrunLauncher(gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"),
-                                     rdzv_port=free_port())
+    launcher = SlurmTorchrunLauncher(
+        gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"), rdzv_port=free_port()
+    )
 
     result = dg.materialize([launched_probe], resources={"launcher": launcher})
 
     assert result.success
     [batch_file] = (gem_home / "staging" / "slurm").glob("*.sbatch")
-    assert materialized_metadata(result) == {"world_size": 2, "argv": " | ".join(PROBE_ARGS),
-                                             "gem_home": str(gem_home), "slurm_job_id": "4242",
-                                             "slurm_log": str(batch_file.with_suffix(".out"))}
+    assert materialized_metadata(result) == {
+        "world_size": 2,
+        "argv": " | ".join(PROBE_ARGS),
+        "gem_home": str(gem_home),
+        "slurm_job_id": "4242",
+        "slurm_log": str(batch_file.with_suffix(".out")),
+    }
 
 
 def install_tools(directory: Path, monkeypatch: pytest.MonkeyPatch, **tools: str) -> None:
@@ -406,37 +513,54 @@ def test_slurm_ranks_share_the_nodes_cpus_unless_env_sets_the_threads():
 
 
 def test_slurm_failure_names_the_job_state_sbatch_stderr_and_the_jobs_traceback(tmp_path, monkeypatch):
-    install_tools(tmp_path / "bin", monkeypatch, sbatch="""
+    install_tools(
+        tmp_path / "bin",
+        monkeypatch,
+        sbatch="""
 echo 4243
 log=$(sed -n 's/^#SBATCH --output=//p' "$3")
 printf '%s\n' 'starting' '[rank0]: Traceback (most recent call last):' '[rank0]:   File "jobs.train", line 9' \
   '[rank0]:     main()' '[rank0]: ValueError: train.batch_size=0 must be >= 1' 'torchrun: exit 1' > "$log"
 echo "sbatch: error: job 4243 failed" >&2
 exit 7
-""", scontrol="""[[ "$*" == "show job -o 4243" ]] &&
+""",
+        scontrol="""[[ "$*" == "show job -o 4243" ]] &&
   echo "JobId=4243 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"
-""")
+""",
+    )
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), poll_interval_s=0.1)
     with pytest.raises(JobLaunchError) as failed:
         dg.materialize([launched_probe], resources={"launcher": launcher})
     message = str(failed.value)
-    assert re.search(r"Slurm job 4243 \(gem-probe-.*\) failed: JobState FAILED, ExitCode 1:0, "
-                     r"Reason NonZeroExitCode; sbatch exit code 7", message)
+    assert re.search(
+        r"Slurm job 4243 \(gem-probe-.*\) failed: JobState FAILED, ExitCode 1:0, "
+        r"Reason NonZeroExitCode; sbatch exit code 7",
+        message,
+    )
     assert "sbatch: sbatch: error: job 4243 failed" in message
-    assert ('Traceback (most recent call last):\n  File "jobs.train", line 9\n    main()\n'
-            "ValueError: train.batch_size=0 must be >= 1\n") in message and "torchrun: exit 1" not in message
+    assert (
+        'Traceback (most recent call last):\n  File "jobs.train", line 9\n    main()\n'
+        "ValueError: train.batch_size=0 must be >= 1\n"
+    ) in message and "torchrun: exit 1" not in message
     assert re.search(r"full log: .*\.out; `sacct -j 4243`", message)
 
 
-@pytest.mark.parametrize("reason, timeout, expected", [
-    ("PartitionConfig", None, r"Reason=PartitionConfig: it can never start as submitted"),
-    ("Priority", 0.3, r"Reason=Priority: it waited \d+ s > queue_timeout_s=0.3"),
-])
+@pytest.mark.parametrize(
+    "reason, timeout, expected",
+    [
+        ("PartitionConfig", None, r"Reason=PartitionConfig: it can never start as submitted"),
+        ("Priority", 0.3, r"Reason=Priority: it waited \d+ s > queue_timeout_s=0.3"),
+    ],
+)
 def test_a_slurm_job_that_cannot_start_is_cancelled_with_its_reason(tmp_path, monkeypatch, reason, timeout, expected):
     cancelled = tmp_path / "cancelled"
-    install_tools(tmp_path / "bin", monkeypatch,
-                  sbatch="echo 4244\nexec sleep 600\n",  # a pending job: sbatch --wait never returns
-                  squeue=f'echo "PENDING|{reason}"\n', scancel=f'echo "$@" >> {cancelled}\n')
+    install_tools(
+        tmp_path / "bin",
+        monkeypatch,
+        sbatch="echo 4244\nexec sleep 600\n",  # a pending job: sbatch --wait never returns
+        squeue=f'echo "PENDING|{reason}"\n',
+        scancel=f'echo "$@" >> {cancelled}\n',
+    )
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), queue_timeout_s=timeout, poll_interval_s=0.1)
     with pytest.raises(JobLaunchError, match=rf"Slurm job 4244 is pending with {expected}; cancelling it"):
         dg.materialize([launched_probe], resources={"launcher": launcher})
@@ -444,11 +568,15 @@ def test_a_slurm_job_that_cannot_start_is_cancelled_with_its_reason(tmp_path, mo
 
 
 def test_sbatch_refusing_the_script_is_an_error_with_its_message(tmp_path, monkeypatch):
-    install_tools(tmp_path / "bin", monkeypatch,
-                  sbatch='echo "sbatch: error: invalid partition specified: gpu" >&2\nexit 1\n')
+    install_tools(
+        tmp_path / "bin", monkeypatch, sbatch='echo "sbatch: error: invalid partition specified: gpu" >&2\nexit 1\n'
+    )
     launcher = SlurmTorchrunLauncher(gem_home=str(tmp_path / "gem"), partition="gpu")
-    with pytest.raises(JobLaunchError, match=r"sbatch refused .*\.sbatch \(exit code 1\): sbatch: error: invalid "
-                                             r"partition specified: gpu"):
+    with pytest.raises(
+        JobLaunchError,
+        match=r"sbatch refused .*\.sbatch \(exit code 1\): sbatch: error: invalid "
+        r"partition specified: gpu",
+    ):
         dg.materialize([launched_probe], resources={"launcher": launcher})
 
 
@@ -461,21 +589,30 @@ class FakeTrainingOperator:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
-                                        body: dict[str, Any]) -> None:
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
+    ) -> None:
         assert (group, version, plural) == ("kubeflow.org", "v1", "pytorchjobs")
         assert namespace == body["metadata"]["namespace"]
         self.created.append(body)
         if self.run_pods:
             code = self.run_master(body)
-            self.conditions = [{"type": "Succeeded" if code == 0 else "Failed", "status": "True",
-                                "message": f"master exited with {code}"}]
+            self.conditions = [
+                {
+                    "type": "Succeeded" if code == 0 else "Failed",
+                    "status": "True",
+                    "message": f"master exited with {code}",
+                }
+            ]
 
     @staticmethod
     def run_master(body: dict[str, Any]) -> int:
         [container] = body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
-        env = {**{e["name"]: e.get("value", str(os.cpu_count())) for e in container["env"]},  # valueFrom: CPUs
-               "MASTER_ADDR": "127.0.0.1", "RANK": "0"}
+        env = {
+            **{e["name"]: e.get("value", str(os.cpu_count())) for e in container["env"]},  # valueFrom: CPUs
+            "MASTER_ADDR": "127.0.0.1",
+            "RANK": "0",
+        }
 
         def expand(arg: str) -> str:
             return re.sub(r"\$\$|\$\((\w+)\)", lambda m: "$" if m.group(0) == "$$" else env[m.group(1)], arg)
@@ -485,12 +622,12 @@ class FakeTrainingOperator:
         command[:1] = [sys.executable, "-m", "torch.distributed.run"]
         return subprocess.run(command, cwd=container.get("workingDir"), env={**os.environ, **env}).returncode
 
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
-                                     name: str) -> dict[str, Any]:
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any]:
         return {"status": {"conditions": self.conditions}}
 
-    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
-                                        name: str) -> None:
+    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
         self.deleted.append(name)
 
 
@@ -514,8 +651,9 @@ class FakeBatchCluster:
         self.calls.append(("delete service", name))
 
 
-def install_fake_kubernetes(monkeypatch: pytest.MonkeyPatch, operator: FakeTrainingOperator,
-                            cluster: FakeBatchCluster | None = None) -> None:
+def install_fake_kubernetes(
+    monkeypatch: pytest.MonkeyPatch, operator: FakeTrainingOperator, cluster: FakeBatchCluster | None = None
+) -> None:
     config = types.ModuleType("kubernetes.config")
 
     class ConfigException(Exception):
@@ -542,8 +680,9 @@ def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_p
     operator = FakeTrainingOperator()
     install_fake_kubernetes(monkeypatch, operator)
     gem_home = tmp_path / "gem"
-    launcher = k8s_launcher(gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"), rdzv_port=free_port(),
-                            poll_interval_s=0.01)
+    launcher = k8s_launcher(
+        gem_home=str(gem_home), workdir=write_probe(tmp_path / "code"), rdzv_port=free_port(), poll_interval_s=0.01
+    )
 
     result = dg.materialize([launched_probe], resources={"launcher": launcher})
 
@@ -551,14 +690,23 @@ def test_kubernetes_launch_submits_the_pytorchjob_and_reads_pipes_messages(tmp_p
     [body] = operator.created
     name = body["metadata"]["name"]
     assert name.startswith(f"gem-probe-{result.run_id[:8]}")
-    assert materialized_metadata(result) == {"world_size": 2, "argv": " | ".join(PROBE_ARGS),
-                                             "gem_home": str(gem_home), "kubernetes_job": f"PyTorchJob default/{name}"}
+    assert materialized_metadata(result) == {
+        "world_size": 2,
+        "argv": " | ".join(PROBE_ARGS),
+        "gem_home": str(gem_home),
+        "kubernetes_job": f"PyTorchJob default/{name}",
+    }
     assert operator.deleted == []
 
 
 def test_kubernetes_launch_raises_on_failure_and_deletes_on_timeout(tmp_path, monkeypatch):
-    failed = FakeTrainingOperator(run_pods=False, conditions=[
-        {"type": "Running", "status": "False"}, {"type": "Failed", "status": "True", "message": "OOMKilled"}])
+    failed = FakeTrainingOperator(
+        run_pods=False,
+        conditions=[
+            {"type": "Running", "status": "False"},
+            {"type": "Failed", "status": "True", "message": "OOMKilled"},
+        ],
+    )
     install_fake_kubernetes(monkeypatch, failed)
     launcher = k8s_launcher(gem_home=str(tmp_path), namespace="ml", poll_interval_s=0.01)
     with pytest.raises(JobLaunchError, match=r"PyTorchJob ml/gem-probe-.* failed: OOMKilled.*kubectl -n ml describe"):
@@ -573,8 +721,7 @@ def test_kubernetes_launch_raises_on_failure_and_deletes_on_timeout(tmp_path, mo
     assert stuck.deleted == [stuck.created[0]["metadata"]["name"]]
 
 
-def test_kubernetes_launch_of_an_indexed_job_creates_service_and_job_then_removes_the_service(tmp_path,
-                                                                                              monkeypatch):
+def test_kubernetes_launch_of_an_indexed_job_creates_service_and_job_then_removes_the_service(tmp_path, monkeypatch):
     cluster = FakeBatchCluster()
     install_fake_kubernetes(monkeypatch, FakeTrainingOperator(run_pods=False), cluster)
     launcher = k8s_launcher(kind="IndexedJob", nnodes=2, gem_home=str(tmp_path), poll_interval_s=0.01)

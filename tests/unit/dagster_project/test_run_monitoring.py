@@ -89,8 +89,7 @@ def test_a_killed_run_is_marked_failed_and_a_live_one_is_not(instance, tmp_path)
 def test_a_run_worker_found_by_its_logged_pid(instance):
     """Runs launched from the UI carry no tags; Dagster's run worker logs its pid, as here."""
     run = instance.create_run_for_job(dg.GraphDefinition("g").to_job(), run_id=None)
-    instance.handle_run_event(run.run_id, dg.DagsterEvent(
-        dg.DagsterEventType.RUN_START.value, job_name=run.job_name))
+    instance.handle_run_event(run.run_id, dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=run.job_name))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     instance.report_engine_event(f"Started process for run (pid: {dead.pid}).", run)
@@ -98,12 +97,16 @@ def test_a_run_worker_found_by_its_logged_pid(instance):
     assert fail_dead_runs(instance) == [run.run_id]
 
 
-def _run(instance: dg.DagsterInstance, started: datetime, tags: dict[str, str] | None = None,
-         logged_pid: int | None = None) -> str:
+def _run(
+    instance: dg.DagsterInstance, started: datetime, tags: dict[str, str] | None = None, logged_pid: int | None = None
+) -> str:
     """A STARTED run whose start the wall clock put at `started`; its worker named by `tags` or a logged pid."""
     run = instance.create_run_for_job(dg.GraphDefinition("g").to_job(), run_id=None, tags=tags)
-    instance.handle_run_event(run.run_id, dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=run.job_name),
-                              update_timestamp=started)
+    instance.handle_run_event(
+        run.run_id,
+        dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=run.job_name),
+        update_timestamp=started,
+    )
     if logged_pid is not None:
         instance.report_engine_event(f"Started process for run (pid: {logged_pid}).", run)
     return run.run_id

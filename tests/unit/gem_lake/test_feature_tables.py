@@ -28,24 +28,39 @@ def _events(spark):
 
 def _impressions(spark):
     base = dict(ds=DS, surface="feed", position=1, clicked=True, converted=False, p_click=0.2, p_convert=0.01)
-    return spark.createDataFrame([
-        Row(impression_id="a", ts=datetime(2026, 11, 3, 10), user_id=1, ad_id=5, **base),
-        Row(impression_id="b", ts=datetime(2026, 11, 3, 12), user_id=2, ad_id=5, **base),
-    ])
+    return spark.createDataFrame(
+        [
+            Row(impression_id="a", ts=datetime(2026, 11, 3, 10), user_id=1, ad_id=5, **base),
+            Row(impression_id="b", ts=datetime(2026, 11, 3, 12), user_id=2, ad_id=5, **base),
+        ]
+    )
 
 
 @pytest.mark.slow
 def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
     spec = FeatureSpec(lookback_days=14)
-    users = tables.silver_user_features(spark.createDataFrame([
-        Row(user_id=1, age_bucket="18-24", country="US", device="ios", true_interest=3),
-        Row(user_id=2, age_bucket="65+", country="BR", device="web", true_interest=1)]), spec)
-    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, advertiser_id=1, category=2, ad_format="video",
-                                                       objective="conversion", true_quality=0.3),
-                                                   Row(ad_id=12, advertiser_id=1, category=7, ad_format="video",
-                                                       objective="conversion", true_quality=0.1)]), spec)
-    out = {r["impression_id"]: r for r in
-           tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
+    users = tables.silver_user_features(
+        spark.createDataFrame(
+            [
+                Row(user_id=1, age_bucket="18-24", country="US", device="ios", true_interest=3),
+                Row(user_id=2, age_bucket="65+", country="BR", device="web", true_interest=1),
+            ]
+        ),
+        spec,
+    )
+    ads = tables.silver_ad_features(
+        spark.createDataFrame(
+            [
+                Row(ad_id=5, advertiser_id=1, category=2, ad_format="video", objective="conversion", true_quality=0.3),
+                Row(ad_id=12, advertiser_id=1, category=7, ad_format="video", objective="conversion", true_quality=0.1),
+            ]
+        ),
+        spec,
+    )
+    out = {
+        r["impression_id"]: r
+        for r in tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()
+    }
     assert out["a"]["seq_item_ids"] == [12, 11]  # 13 is at the impression's ts, 14 after it
     # Each event's item carries its ad's category row, hashed like the target's; 11 is no ad.
     category_of_12 = ads.where("ad_id = 12").first()["category_idx"]
@@ -66,13 +81,21 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
 @pytest.mark.slow
 def test_missing_dimension_rows_map_to_the_reserved_row(spark):
     spec = FeatureSpec()
-    users = tables.silver_user_features(spark.createDataFrame(
-        [Row(user_id=1, age_bucket=None, country="US", device="ios")],
-        "user_id bigint, age_bucket string, country string, device string"), spec)
-    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video",
-                                                       objective="conversion")]), spec)
-    out = {r["impression_id"]: r for r in
-           tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()}
+    users = tables.silver_user_features(
+        spark.createDataFrame(
+            [Row(user_id=1, age_bucket=None, country="US", device="ios")],
+            "user_id bigint, age_bucket string, country string, device string",
+        ),
+        spec,
+    )
+    ads = tables.silver_ad_features(
+        spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video", objective="conversion")]),
+        spec,
+    )
+    out = {
+        r["impression_id"]: r
+        for r in tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()
+    }
     assert out["a"]["age_bucket_idx"] == tables.MISSING_ROW  # null attribute
     assert out["a"]["country_idx"] != tables.MISSING_ROW
     assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.user_features row
@@ -82,19 +105,31 @@ def test_missing_dimension_rows_map_to_the_reserved_row(spark):
 
 def _own_features_spec() -> FeatureSpec:
     """A dataset's own fields as features: a user's `gender`, an ad's `genre`, the impression's `hour`."""
-    return FeatureSpec(features=(SparseFeature("user_id", 64, "user"), SparseFeature("gender", 8, "user"),
-                                 SparseFeature("ad_id", 64, "ad"), SparseFeature("genre", 16, "ad"),
-                                 SparseFeature("surface", 8, "context"), SparseFeature("hour", 32, "context")),
-                       sequence_item_attributes=("genre",))
+    return FeatureSpec(
+        features=(
+            SparseFeature("user_id", 64, "user"),
+            SparseFeature("gender", 8, "user"),
+            SparseFeature("ad_id", 64, "ad"),
+            SparseFeature("genre", 16, "ad"),
+            SparseFeature("surface", 8, "context"),
+            SparseFeature("hour", 32, "context"),
+        ),
+        sequence_item_attributes=("genre",),
+    )
 
 
 @pytest.mark.slow
 def test_a_datasets_own_fields_become_features_on_every_side(spark):
     spec = _own_features_spec()
-    users = tables.silver_user_features(spark.createDataFrame([Row(user_id=1, gender="f", age_bucket=None)],
-                                                              "user_id bigint, gender string, age_bucket string"), spec)
-    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=5, genre="drama"), Row(ad_id=12, genre="war")]),
-                                    spec)
+    users = tables.silver_user_features(
+        spark.createDataFrame(
+            [Row(user_id=1, gender="f", age_bucket=None)], "user_id bigint, gender string, age_bucket string"
+        ),
+        spec,
+    )
+    ads = tables.silver_ad_features(
+        spark.createDataFrame([Row(ad_id=5, genre="drama"), Row(ad_id=12, genre="war")]), spec
+    )
     imps = _impressions(spark).withColumn("hour", F.hour("ts"))
     examples = tables.training_examples(imps, _events(spark), users, ads, spec, DS)
     out = {r["impression_id"]: r for r in examples.collect()}
@@ -106,11 +141,17 @@ def test_a_datasets_own_fields_become_features_on_every_side(spark):
     assert out["b"]["gender_idx"] == tables.MISSING_ROW  # user 2 has no row
 
 
-@pytest.mark.parametrize(("side", "message"), [
-    ("user", "user feature(s) ['gender'] have no column in bronze.users (data source's columns not yet used as "
-             "features: ['age_bucket']); name one of those"),
-    ("context", "context feature(s) ['hour'] have no column in bronze.impressions"),
-])
+@pytest.mark.parametrize(
+    ("side", "message"),
+    [
+        (
+            "user",
+            "user feature(s) ['gender'] have no column in bronze.users (data source's columns not yet used as "
+            "features: ['age_bucket']); name one of those",
+        ),
+        ("context", "context feature(s) ['hour'] have no column in bronze.impressions"),
+    ],
+)
 def test_a_feature_the_data_lacks_is_named_with_the_fix(spark, side, message):
     spec = _own_features_spec()
     users = spark.createDataFrame([Row(user_id=1, age_bucket="18-24")])
@@ -125,8 +166,10 @@ def test_a_feature_the_data_lacks_is_named_with_the_fix(spark, side, message):
 
 def test_sequence_truncated_to_max_len(spark):
     spec = FeatureSpec(max_seq_len=2)
-    ads = tables.silver_ad_features(spark.createDataFrame([Row(ad_id=14, advertiser_id=1, category=2, ad_format="video",
-                                                       objective="conversion")]), spec)
+    ads = tables.silver_ad_features(
+        spark.createDataFrame([Row(ad_id=14, advertiser_id=1, category=2, ad_format="video", objective="conversion")]),
+        spec,
+    )
     seqs = {r["user_id"]: r for r in tables.user_sequences(_events(spark), ads, spec, DS).collect()}
     assert seqs[1]["seq_item_ids"] == [14, 13]
     assert seqs[1]["seq_category_idx"][1] == tables.MISSING_ROW and seqs[1]["seq_category_idx"][0] != 0
@@ -169,8 +212,9 @@ def test_modulo_gives_dense_ids_a_row_each_and_refuses_a_column_without_integers
     feature = SparseFeature("user_id", 8, "user", "modulo")
     df = spark.createDataFrame([Row(v=1), Row(v=7), Row(v=8), Row(v=None)], "v bigint")
     assert [r[0] for r in df.select(tables.embedding_row(df.v, feature)).collect()] == [2, 1, 2, 0]
-    dense = spark.range(1, 5001).select(tables.embedding_row(F.col("id"), SparseFeature("user_id", 16384, "user",
-                                                                                        "modulo")).alias("row"))
+    dense = spark.range(1, 5001).select(
+        tables.embedding_row(F.col("id"), SparseFeature("user_id", 16384, "user", "modulo")).alias("row")
+    )
     assert dense.distinct().count() == 5000  # hashed into the same rows, 27% of these users would share one
     users = spark.createDataFrame([Row(user_id="u1", age_bucket="18-24", country="US", device="ios")])
     with pytest.raises(ConfigError, match=r"\{'user_id': 'string'\} use encoding 'modulo'.*'hash'"):
@@ -185,14 +229,27 @@ def test_no_two_of_the_synthetic_worlds_values_share_a_row(spark, preset):
 
     cfg = GemConfig.load(preset)
     w = cfg.world
-    values = {"age_bucket": AGE_BUCKETS, "country": COUNTRIES, "device": DEVICES, "ad_format": AD_FORMATS,
-              "objective": OBJECTIVES, "surface": SURFACES, "position": range(1, 6), "hour_of_day": range(24),
-              "user_id": range(1, w.n_users + 1), "ad_id": range(1, w.n_ads + 1),
-              "advertiser_id": range(1, w.n_advertisers + 1), "category": range(w.n_categories)}
+    values = {
+        "age_bucket": AGE_BUCKETS,
+        "country": COUNTRIES,
+        "device": DEVICES,
+        "ad_format": AD_FORMATS,
+        "objective": OBJECTIVES,
+        "surface": SURFACES,
+        "position": range(1, 6),
+        "hour_of_day": range(24),
+        "user_id": range(1, w.n_users + 1),
+        "ad_id": range(1, w.n_ads + 1),
+        "advertiser_id": range(1, w.n_advertisers + 1),
+        "category": range(w.n_categories),
+    }
     assert set(values) == {f.name for f in cfg.features.features}
     for name, domain in values.items():
-        df = (spark.createDataFrame([(v,) for v in domain], "v string") if isinstance(domain, tuple)
-              else spark.range(domain.start, domain.stop).withColumnRenamed("id", "v"))
+        df = (
+            spark.createDataFrame([(v,) for v in domain], "v string")
+            if isinstance(domain, tuple)
+            else spark.range(domain.start, domain.stop).withColumnRenamed("id", "v")
+        )
         rows = df.select(tables.embedding_row(df.v, cfg.features.by_name(name)).alias("row"))
         assert rows.distinct().count() == df.count(), f"{preset}: values of {name} share a row"
 
@@ -203,12 +260,17 @@ def test_a_feature_table_takes_and_serves_rows_of_one_mapping_only(spark, tmp_pa
 
     path = tmp_path / "lake" / "gold" / "training_examples"
     day = spark.createDataFrame([Row(ds=DS, x=1)])
-    old, new = FeatureSpec(), FeatureSpec(features=tuple(
-        dataclasses.replace(f, encoding="hash") for f in FeatureSpec().features))
+    old, new = (
+        FeatureSpec(),
+        FeatureSpec(features=tuple(dataclasses.replace(f, encoding="hash") for f in FeatureSpec().features)),
+    )
     assert old.mapping != new.mapping
     replace_partition(day, path, {"ds": DS})  # a table written before mappings were recorded
-    with pytest.raises(FeatureMappingError, match=r"gold.training_examples was built before feature mappings were "
-                                                  r"recorded.*remove .*silver/user_features.*bronze stays"):
+    with pytest.raises(
+        FeatureMappingError,
+        match=r"gold.training_examples was built before feature mappings were "
+        r"recorded.*remove .*silver/user_features.*bronze stays",
+    ):
         require_mapping(path, old.mapping)
     replace_partition(day, path, {"ds": DS}, commit_info={MAPPING_KEY: old.mapping})
     require_mapping(path, old.mapping)  # the same mapping: the next day may be written

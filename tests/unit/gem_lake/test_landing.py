@@ -16,16 +16,31 @@ from tests.conftest import real_data_root
 pytestmark = pytest.mark.spark
 DS = date(2026, 11, 3)
 NEXT = date(2026, 11, 4)
-SCHEMA = ("impression_id string, ts timestamp, ds date, user_id bigint, ad_id bigint, surface string, "
-          "position int, clicked boolean, converted boolean, p_click double, p_convert double")
+SCHEMA = (
+    "impression_id string, ts timestamp, ds date, user_id bigint, ad_id bigint, surface string, "
+    "position int, clicked boolean, converted boolean, p_click double, p_convert double"
+)
 GUARDED = WritePolicy(max_row_drop_fraction=0.5)
 
 
 def _impressions(spark, n: int, day: date = DS, bad: int = 0, extra: dict | None = None):
     """`n` good impressions of `day` (and `bad` with an unknown surface), with `extra` columns if given."""
-    rows = [Row(impression_id=f"{day}-{i}", ts=datetime(day.year, day.month, day.day, 12), ds=day, user_id=i,
-                ad_id=7, surface="billboard" if i < bad else "feed", position=1, clicked=i % 3 == 0,
-                converted=False, p_click=None, p_convert=None) for i in range(n + bad)]
+    rows = [
+        Row(
+            impression_id=f"{day}-{i}",
+            ts=datetime(day.year, day.month, day.day, 12),
+            ds=day,
+            user_id=i,
+            ad_id=7,
+            surface="billboard" if i < bad else "feed",
+            position=1,
+            clicked=i % 3 == 0,
+            converted=False,
+            p_click=None,
+            p_convert=None,
+        )
+        for i in range(n + bad)
+    ]
     df = spark.createDataFrame(rows, SCHEMA)
     for name, value in (extra or {}).items():
         df = df.selectExpr("*", f"{value} AS {name}")
@@ -38,14 +53,23 @@ def test_an_empty_batch_does_not_replace_landed_rows(spark, tmp_path):
     land(_impressions(spark, 20, bad=2), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     table = paths.table("bronze.impressions")
     version = table_version(table)
-    with pytest.raises(RowDropError, match=r"bronze.impressions where ds = DATE'2026-11-03': the new rows \(0\) "
-                                           r"would replace 20 rows.*allow_row_drop"):
+    with pytest.raises(
+        RowDropError,
+        match=r"bronze.impressions where ds = DATE'2026-11-03': the new rows \(0\) "
+        r"would replace 20 rows.*allow_row_drop",
+    ):
         land(_impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS, policy=GUARDED)
     assert table_version(table) == version and read_table(spark, table).count() == 20
     assert read_table(spark, paths.table("bronze.rejected_rows")).count() == 2  # its rejections stand too
     assert read_journal(paths, "bronze.impressions", DS.isoformat())["state"] == "committed"
-    allowed = land(_impressions(spark, 0), "bronze.impressions", paths, SURFACES, DS,
-                   policy=WritePolicy(max_row_drop_fraction=0.5, allow_row_drop=True))
+    allowed = land(
+        _impressions(spark, 0),
+        "bronze.impressions",
+        paths,
+        SURFACES,
+        DS,
+        policy=WritePolicy(max_row_drop_fraction=0.5, allow_row_drop=True),
+    )
     assert (allowed.accepted, allowed.rejected) == (0, 0) and read_table(spark, table).count() == 0
 
 
@@ -67,8 +91,10 @@ def test_a_landing_reads_back_its_own_day_alone_and_agrees_with_spark(spark, tmp
     assert (landing.rows_in, landing.accepted, landing.rejected) == (5, 4, 1)
     assert landing.reasons == {"unknown_surface": 1}
     # The read-back (delta-rs) counts what Spark reads from the same tables.
-    by_day = {r["ds"]: r["count"] for r in read_table(spark, paths.table("bronze.impressions")).groupBy("ds").count()
-              .collect()}
+    by_day = {
+        r["ds"]: r["count"]
+        for r in read_table(spark, paths.table("bronze.impressions")).groupBy("ds").count().collect()
+    }
     rejected = read_table(spark, paths.table("bronze.rejected_rows")).groupBy("source_partition").count().collect()
     assert by_day == {DS: 6, NEXT: landing.accepted}
     assert {r["source_partition"]: r["count"] for r in rejected} == {DS.isoformat(): 2, NEXT.isoformat(): 1}
@@ -125,12 +151,21 @@ def test_a_column_added_once_blocks_later_batches_until_kept_or_dropped(spark, g
 
     paths = GemPaths(gem_home)
     land(_impressions(spark, 4, extra={"promo": "'spring'"}), "bronze.impressions", paths, SURFACES, DS)
-    with pytest.raises(SchemaChangeError, match=r"lack: \['promo'\].*allow_missing_columns.*"
-                                                r"gem lake drop-columns bronze.impressions promo"):
+    with pytest.raises(
+        SchemaChangeError,
+        match=r"lack: \['promo'\].*allow_missing_columns.*"
+        r"gem lake drop-columns bronze.impressions promo",
+    ):
         land(_impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT)
     # Fix 1: keep the column, nulls for the new day.
-    kept = land(_impressions(spark, 4, NEXT), "bronze.impressions", paths, SURFACES, NEXT,
-                policy=WritePolicy(allow_missing_columns=True))
+    kept = land(
+        _impressions(spark, 4, NEXT),
+        "bronze.impressions",
+        paths,
+        SURFACES,
+        NEXT,
+        policy=WritePolicy(allow_missing_columns=True),
+    )
     assert kept.accepted == 4
     promo = {(r["ds"], r["promo"]) for r in read_table(spark, paths.table("bronze.impressions")).collect()}
     assert promo == {(DS, "spring"), (NEXT, None)}
@@ -147,8 +182,9 @@ def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_p
     from gem_lake.features.build import land_bronze
     from gem_lake.sources.criteo import FILES, FOLDER
 
-    cfg = GemConfig.from_dict({"world": {"n_days": 2, "holdout_days": 1},
-                               "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}})
+    cfg = GemConfig.from_dict(
+        {"world": {"n_days": 2, "holdout_days": 1}, "data": {"source": "criteo", "data_dir": str(tmp_path / "data")}}
+    )
     real = real_data_root() / FOLDER
     if not real.is_dir():
         pytest.skip(f"{real} is absent")
@@ -171,10 +207,13 @@ def test_header_only_source_files_do_not_wipe_the_landed_dimensions(spark, tmp_p
 
 
 def _events(spark, day: date, users: int):
-    rows = [Row(user_id=u, item_id=7, action="view", surface="feed", ts=datetime(day.year, day.month, day.day, 9),
-                ds=day) for u in range(users)]
-    return spark.createDataFrame(rows, "user_id bigint, item_id bigint, action string, surface string, ts timestamp, "
-                                       "ds date")
+    rows = [
+        Row(user_id=u, item_id=7, action="view", surface="feed", ts=datetime(day.year, day.month, day.day, 9), ds=day)
+        for u in range(users)
+    ]
+    return spark.createDataFrame(
+        rows, "user_id bigint, item_id bigint, action string, surface string, ts timestamp, ds date"
+    )
 
 
 @pytest.mark.slow
@@ -184,12 +223,16 @@ def test_a_day_missing_from_the_lookback_fails_the_build_before_anything_is_writ
     cfg = GemConfig.from_dict({"features": {"lookback_days": 2}})
     first, gap, day = cfg.world.days[:3]
     paths = GemPaths(tmp_path)
-    with pytest.raises(MissingInputError, match=r"cannot build silver.ad_features: bronze.ads partition all was "
-                                                r"never landed .*materialise bronze/ads \(build_dimensions_job"):
+    with pytest.raises(
+        MissingInputError,
+        match=r"cannot build silver.ad_features: bronze.ads partition all was "
+        r"never landed .*materialise bronze/ads \(build_dimensions_job",
+    ):
         build_silver(spark, cfg, paths, "silver.ad_features")
-    ads = spark.createDataFrame([Row(ad_id=7, advertiser_id=1, category=3, ad_format="video", objective="sales")],
-                                "ad_id bigint, advertiser_id bigint, category bigint, ad_format string, "
-                                "objective string")
+    ads = spark.createDataFrame(
+        [Row(ad_id=7, advertiser_id=1, category=3, ad_format="video", objective="sales")],
+        "ad_id bigint, advertiser_id bigint, category bigint, ad_format string, objective string",
+    )
     land(ads, "bronze.ads", paths, SURFACES)
     build_silver(spark, cfg, paths, "silver.ad_features")
     land(_events(spark, first, 3), "bronze.events", paths, SURFACES, first)
@@ -197,11 +240,15 @@ def test_a_day_missing_from_the_lookback_fails_the_build_before_anything_is_writ
     assert build_user_sequences(spark, cfg, paths, first) == 3  # its lookback before the calendar needs no days
     sequences = paths.table("gold.user_sequences")
     version = table_version(sequences)
-    with pytest.raises(MissingInputError, match=(
+    with pytest.raises(
+        MissingInputError,
+        match=(
             rf"cannot build gold.user_sequences for {day}: bronze.events partition {gap} was never landed \(no "
             rf"landing journal in .*\) \(its sequences look back 2 days\). Land it first: materialise bronze/events "
             rf"for {gap} \(build_features_job, or python -m jobs.build_features\), then build gold.user_sequences "
-            rf"for {day} again; nothing was written")):
+            rf"for {day} again; nothing was written"
+        ),
+    ):
         build_user_sequences(spark, cfg, paths, day)
     assert table_version(sequences) == version
     assert [r["ds"] for r in read_table(spark, sequences).select("ds").distinct().collect()] == [first]
@@ -227,12 +274,20 @@ def test_a_gold_partition_whose_events_are_missing_fails_in_dagster_before_spark
     assets = build_feature_assets(lake.config)
     sequences = next(a for a in assets if a.key == dg.AssetKey(["gold", "user_sequences"]))
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([sequences], partition_key=day, resources={"lake": lake, "spark": NoSpark()},
-                            instance=instance, raise_on_error=False)
+    result = dg.materialize(
+        [sequences],
+        partition_key=day,
+        resources={"lake": lake, "spark": NoSpark()},
+        instance=instance,
+        raise_on_error=False,
+    )
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else \
-        failure.step_failure_data.error.message
+    message = (
+        failure.step_failure_data.error.cause.message
+        if failure.step_failure_data.error.cause
+        else failure.step_failure_data.error.message
+    )
     assert "MissingInputError: cannot build gold.user_sequences for " + day in message
     assert "bronze.events partitions 2026-11-01, 2026-11-02, 2026-11-03 were never landed" in message
     assert instance.get_latest_materialization_event(sequences.key) is None

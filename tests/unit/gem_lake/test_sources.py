@@ -36,15 +36,34 @@ ROOT = real_data_root()
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 IMPRESSION_COLUMNS = [
-    ("impression_id", "string"), ("ts", "timestamp"), ("ds", "date"), ("user_id", "bigint"), ("ad_id", "bigint"),
-    ("surface", "string"), ("position", "int"), ("clicked", "boolean"), ("converted", "boolean"),
-    ("p_click", "double"), ("p_convert", "double"),
+    ("impression_id", "string"),
+    ("ts", "timestamp"),
+    ("ds", "date"),
+    ("user_id", "bigint"),
+    ("ad_id", "bigint"),
+    ("surface", "string"),
+    ("position", "int"),
+    ("clicked", "boolean"),
+    ("converted", "boolean"),
+    ("p_click", "double"),
+    ("p_convert", "double"),
 ]
-EVENT_COLUMNS = [("user_id", "bigint"), ("item_id", "bigint"), ("action", "string"), ("surface", "string"),
-                 ("ts", "timestamp"), ("ds", "date")]
+EVENT_COLUMNS = [
+    ("user_id", "bigint"),
+    ("item_id", "bigint"),
+    ("action", "string"),
+    ("surface", "string"),
+    ("ts", "timestamp"),
+    ("ds", "date"),
+]
 USER_COLUMNS = [("user_id", "bigint"), ("age_bucket", "string"), ("country", "string"), ("device", "string")]
-AD_COLUMNS = [("ad_id", "bigint"), ("advertiser_id", "bigint"), ("category", "bigint"), ("ad_format", "string"),
-              ("objective", "string")]
+AD_COLUMNS = [
+    ("ad_id", "bigint"),
+    ("advertiser_id", "bigint"),
+    ("category", "bigint"),
+    ("ad_format", "string"),
+    ("objective", "string"),
+]
 
 
 @dataclass(frozen=True)
@@ -102,20 +121,35 @@ def raw_taobao(folder: Path) -> Raw:
         for j in range(50):
             if r[150 + j] == "1" and not again:
                 steps[r[j]] = steps.get(r[j], 0) + 1
-    return Raw(len(rows), sum(r[266] == "1" for r in rows), 0, len({r[250] for r in rows}),
-               len({r[259] for r in rows}), _largest(paths), history_steps=steps,
-               holdout_file="dmr_alimama_sampled_test", repeats={"duplicate_line": sum(repeated)},
-               repeated_clicks=sum(r[266] == "1" and again for r, again in zip(rows, repeated)))
+    return Raw(
+        len(rows),
+        sum(r[266] == "1" for r in rows),
+        0,
+        len({r[250] for r in rows}),
+        len({r[259] for r in rows}),
+        _largest(paths),
+        history_steps=steps,
+        holdout_file="dmr_alimama_sampled_test",
+        repeats={"duplicate_line": sum(repeated)},
+        repeated_clicks=sum(r[266] == "1" and again for r, again in zip(rows, repeated)),
+    )
 
 
 def raw_ali_ccp(folder: Path) -> Raw:
     paths = [folder / f"ali_ccp_{split}_sample.csv" for split in ("train", "val", "test")]
     rows = [r for path in paths for r in _dicts(path)]
     repeated = _repeats([tuple(r.values()) for r in rows])
-    return Raw(len(rows), sum(r["click"] == "1" for r in rows), sum(r["purchase"] == "1" for r in rows),
-               len({r["101"] for r in rows}), len({r["205"] for r in rows}), _largest(paths),
-               holdout_file="ali_ccp_test_sample", repeats={"duplicate_line": sum(repeated)},
-               repeated_clicks=sum(r["click"] == "1" and again for r, again in zip(rows, repeated)))
+    return Raw(
+        len(rows),
+        sum(r["click"] == "1" for r in rows),
+        sum(r["purchase"] == "1" for r in rows),
+        len({r["101"] for r in rows}),
+        len({r["205"] for r in rows}),
+        _largest(paths),
+        holdout_file="ali_ccp_test_sample",
+        repeats={"duplicate_line": sum(repeated)},
+        repeated_clicks=sum(r["click"] == "1" and again for r, again in zip(rows, repeated)),
+    )
 
 
 def raw_aliexpress(folder: Path) -> Raw:
@@ -124,8 +158,15 @@ def raw_aliexpress(folder: Path) -> Raw:
     users = {tuple(r[f"categorical_{i}"] for i in range(1, 10)) for r in rows}
     ads = {tuple(r[f"categorical_{i}"] for i in range(10, 17)) for r in rows}
     assert not any(_repeats([tuple(r.values()) for r in rows]))  # else count them as for Ali-CCP
-    return Raw(len(rows), sum(r["click"] == "1" for r in rows), sum(r["conversion"] == "1" for r in rows),
-               len(users), len(ads), _largest(paths), holdout_file="_test")
+    return Raw(
+        len(rows),
+        sum(r["click"] == "1" for r in rows),
+        sum(r["conversion"] == "1" for r in rows),
+        len(users),
+        len(ads),
+        _largest(paths),
+        holdout_file="_test",
+    )
 
 
 def raw_criteo(folder: Path) -> Raw:
@@ -133,8 +174,15 @@ def raw_criteo(folder: Path) -> Raw:
     rows = [r for path in paths for r in _dicts(path)]
     clicks = sum(r.get("label", r.get("Label")) == "1" for r in rows)
     assert not any(_repeats([r.get("Id") or tuple(r.values()) for r in rows]))  # by Kaggle Id, else by line
-    return Raw(len(rows), clicks, 0, len({r["C15"] for r in rows}), len({r["C3"] for r in rows if r["C3"]}),
-               _largest(paths), rows_without_ad=sum(not r["C3"] for r in rows))
+    return Raw(
+        len(rows),
+        clicks,
+        0,
+        len({r["C15"] for r in rows}),
+        len({r["C3"] for r in rows if r["C3"]}),
+        _largest(paths),
+        rows_without_ad=sum(not r["C3"] for r in rows),
+    )
 
 
 def raw_open_bandit(folder: Path) -> Raw:
@@ -150,11 +198,18 @@ def raw_frappe(folder: Path) -> Raw:
     paths = [folder / "valid.csv", folder / "test.csv"]
     rows = [r for path in paths for r in _dicts(path)]
     repeated = _repeats([tuple(r.values()) for r in rows])  # no id: a repeated line is the duplicate
-    return Raw(len(rows), sum(r["label"] == "1" for r in rows), 0, len({r["user"] for r in rows}),
-               len({r["item"] for r in rows}), _largest(paths), holdout_file="frappe-test-",
-               holdout_rows=len(_dicts(paths[1])),
-               repeats={"duplicate_line": sum(repeated)},
-               repeated_clicks=sum(r["label"] == "1" and again for r, again in zip(rows, repeated)))
+    return Raw(
+        len(rows),
+        sum(r["label"] == "1" for r in rows),
+        0,
+        len({r["user"] for r in rows}),
+        len({r["item"] for r in rows}),
+        _largest(paths),
+        holdout_file="frappe-test-",
+        holdout_rows=len(_dicts(paths[1])),
+        repeats={"duplicate_line": sum(repeated)},
+        repeated_clicks=sum(r["label"] == "1" and again for r, again in zip(rows, repeated)),
+    )
 
 
 def raw_movielens(folder: Path) -> Raw:
@@ -162,8 +217,15 @@ def raw_movielens(folder: Path) -> Raw:
     rows = [line.split("\t") for line in path.read_text().splitlines()]
     assert not any(_repeats([(r[0], r[1]) for r in rows]))  # one rating per (user, movie)
     movies = len((folder / "u.item").read_bytes().splitlines())
-    return Raw(len(rows), sum(r[2] in ("4", "5") for r in rows), 0, len({r[0] for r in rows}), movies,
-               path.stat().st_size, every_row_an_event=True)
+    return Raw(
+        len(rows),
+        sum(r[2] in ("4", "5") for r in rows),
+        0,
+        len({r[0] for r in rows}),
+        movies,
+        path.stat().st_size,
+        every_row_an_event=True,
+    )
 
 
 # source -> (folder, raw counter, (rows, clicks, conversions) as SOURCE.md states them)
@@ -176,6 +238,7 @@ DATASETS = {
     "frappe": ("frappe_x1", raw_frappe, (57_722 + 28_860, 19_063 + 9_536, 0)),  # source mappings
     "movielens": ("movielens_100k", raw_movielens, (100_000, 34_174 + 21_201, 0)),
 }
+
 
 def _config(name: str) -> GemConfig:
     return GemConfig.from_dict({"world": {"n_days": 4, "holdout_days": 1}, "data": {"source": name}})
@@ -245,18 +308,38 @@ def _off_day() -> Column:
 
 def test_impressions_conserve_rows_and_labels_on_the_calendar(bronze):
     r, days = bronze.raw, bronze.cfg.world.days
-    stats = bronze.impressions.agg(
-        F.count("*").alias("rows"), F.count_if("clicked").alias("clicks"), F.count_if("converted").alias("conversions"),
-        F.count_distinct("impression_id").alias("ids"), F.count_if(_off_day()).alias("off_day"),
-        F.count_if(~F.col("ds").between(days[0], days[-1])).alias("off_calendar"),
-        F.count_if(F.col("surface").isNull() | ~F.col("surface").isin(*bronze.cfg.world.surfaces)).alias("bad_surface"),
-        F.count_if(F.col("user_id").isNull()).alias("no_user"), F.count_if(F.col("ad_id").isNull()).alias("no_ad"),
-        F.count_if(F.col("p_click").isNotNull() | F.col("p_convert").isNotNull()).alias("with_truth"),
-        F.count_if(F.col("impression_id").isNull()).alias("no_id"),
-    ).first().asDict()
-    assert stats == {"rows": r.rows, "clicks": r.clicks, "conversions": r.conversions, "ids": r.rows,
-                     "off_day": 0, "off_calendar": 0, "bad_surface": 0, "no_user": 0, "no_ad": r.rows_without_ad,
-                     "with_truth": 0, "no_id": 0}
+    stats = (
+        bronze.impressions.agg(
+            F.count("*").alias("rows"),
+            F.count_if("clicked").alias("clicks"),
+            F.count_if("converted").alias("conversions"),
+            F.count_distinct("impression_id").alias("ids"),
+            F.count_if(_off_day()).alias("off_day"),
+            F.count_if(~F.col("ds").between(days[0], days[-1])).alias("off_calendar"),
+            F.count_if(F.col("surface").isNull() | ~F.col("surface").isin(*bronze.cfg.world.surfaces)).alias(
+                "bad_surface"
+            ),
+            F.count_if(F.col("user_id").isNull()).alias("no_user"),
+            F.count_if(F.col("ad_id").isNull()).alias("no_ad"),
+            F.count_if(F.col("p_click").isNotNull() | F.col("p_convert").isNotNull()).alias("with_truth"),
+            F.count_if(F.col("impression_id").isNull()).alias("no_id"),
+        )
+        .first()
+        .asDict()
+    )
+    assert stats == {
+        "rows": r.rows,
+        "clicks": r.clicks,
+        "conversions": r.conversions,
+        "ids": r.rows,
+        "off_day": 0,
+        "off_calendar": 0,
+        "bad_surface": 0,
+        "no_user": 0,
+        "no_ad": r.rows_without_ad,
+        "with_truth": 0,
+        "no_id": 0,
+    }
 
 
 def test_the_test_split_fills_the_last_day(bronze):
@@ -268,8 +351,9 @@ def test_the_test_split_fills_the_last_day(bronze):
     assert rows > 0 and from_elsewhere == 0
     if bronze.raw.holdout_rows is not None:  # the split is the teacher's: every test row held out, no other
         held = F.col("ds") >= F.lit(bronze.cfg.world.holdout_start)
-        counts = bronze.impressions.agg(F.count_if(held), F.count_if(held & outside),
-                                        F.count_if(~held & ~outside)).first()
+        counts = bronze.impressions.agg(
+            F.count_if(held), F.count_if(held & outside), F.count_if(~held & ~outside)
+        ).first()
         assert tuple(counts) == (bronze.raw.holdout_rows, 0, 0)
 
 
@@ -277,14 +361,30 @@ def test_users_and_ads_are_unique_and_cover_the_impressions(bronze):
     r, users, ads = bronze.raw, bronze.source.users(), bronze.source.ads()
     missing_users = bronze.impressions.where("user_id IS NOT NULL").join(users, "user_id", "left_anti")
     missing_ads = bronze.impressions.where("ad_id IS NOT NULL").join(ads, "ad_id", "left_anti")
-    stats = (users.agg(F.count("*").alias("users"), F.count_distinct("user_id").alias("user_ids"))
-             .crossJoin(ads.agg(F.count("*").alias("ads"), F.count_distinct("ad_id").alias("ad_ids"),
-                                F.count_if(F.col("ad_id").isNull()).alias("null_ads")))
-             .crossJoin(missing_users.agg(F.count("*").alias("missing_users")))
-             .crossJoin(missing_ads.agg(F.count("*").alias("missing_ads"))).first().asDict())
+    stats = (
+        users.agg(F.count("*").alias("users"), F.count_distinct("user_id").alias("user_ids"))
+        .crossJoin(
+            ads.agg(
+                F.count("*").alias("ads"),
+                F.count_distinct("ad_id").alias("ad_ids"),
+                F.count_if(F.col("ad_id").isNull()).alias("null_ads"),
+            )
+        )
+        .crossJoin(missing_users.agg(F.count("*").alias("missing_users")))
+        .crossJoin(missing_ads.agg(F.count("*").alias("missing_ads")))
+        .first()
+        .asDict()
+    )
     null_ads = 1 if r.rows_without_ad else 0  # rows without an ad id share one null-keyed dimension row
-    assert stats == {"users": r.users, "user_ids": r.users, "ads": r.ads + null_ads, "ad_ids": r.ads,
-                     "null_ads": null_ads, "missing_users": 0, "missing_ads": 0}
+    assert stats == {
+        "users": r.users,
+        "user_ids": r.users,
+        "ads": r.ads + null_ads,
+        "ad_ids": r.ads,
+        "null_ads": null_ads,
+        "missing_users": 0,
+        "missing_ads": 0,
+    }
 
 
 def test_click_events_are_the_clicked_impressions(bronze):
@@ -292,11 +392,16 @@ def test_click_events_are_the_clicked_impressions(bronze):
         pytest.skip(f"{bronze.name}'s events are all its impressions (test_every_rating_is_an_event)")
     clicks = bronze.events.where(F.col("action") == "click")
     clicked = bronze.impressions.where("clicked").select(
-        "user_id", F.col("ad_id").alias("item_id"), "ts", "surface", "_asked")
+        "user_id", F.col("ad_id").alias("item_id"), "ts", "surface", "_asked"
+    )
     keys = ["user_id", "item_id", "ts", "surface", "_asked"]
     matched = clicks.join(clicked, [clicks[k].eqNullSafe(clicked[k]) for k in keys])
-    stats = clicks.agg(F.count("*").alias("events"), F.count_if(_off_day()).alias("off_day")).crossJoin(
-        matched.agg(F.count("*").alias("matched"))).first().asDict()
+    stats = (
+        clicks.agg(F.count("*").alias("events"), F.count_if(_off_day()).alias("off_day"))
+        .crossJoin(matched.agg(F.count("*").alias("matched")))
+        .first()
+        .asDict()
+    )
     # A repeated line is rejected (as an impression), so its click is no event.
     events = bronze.raw.clicks - bronze.raw.repeated_clicks
     assert stats == {"events": events, "off_day": 0, "matched": events}
@@ -315,8 +420,12 @@ def test_every_rating_is_an_event_and_the_days_follow_rating_time(bronze):
     keys = ["user_id", "item_id", "ts", "surface", "_asked"]
     rated = bronze.impressions.select(*keys[:1], F.col("ad_id").alias("item_id"), *keys[2:])
     matched = bronze.events.join(rated, keys)
-    stats = bronze.events.agg(F.count("*").alias("events"), F.count_if(_off_day()).alias("off_day")).crossJoin(
-        matched.agg(F.count("*").alias("matched"))).first().asDict()
+    stats = (
+        bronze.events.agg(F.count("*").alias("events"), F.count_if(_off_day()).alias("off_day"))
+        .crossJoin(matched.agg(F.count("*").alias("matched")))
+        .first()
+        .asDict()
+    )
     assert stats == {"events": bronze.raw.rows, "off_day": 0, "matched": bronze.raw.rows}
     actions = {r["action"]: r["count"] for r in bronze.events.groupBy("action").count().collect()}
     assert actions == {"1": 6_110, "2": 11_370, "3": 27_145, "4": 34_174, "5": 21_201}  # SOURCE.md
@@ -335,15 +444,26 @@ def test_every_rating_is_an_event_and_the_days_follow_rating_time(bronze):
 @pytest.mark.parametrize("bronze", ["taobao"], indirect=True)
 def test_taobao_history_events_just_precede_their_impression(bronze):
     history = bronze.events.where(F.col("action") != "click")
-    imps = bronze.impressions.select("impression_id", F.col("user_id").alias("imp_user"),
-                                     F.col("ts").alias("imp_ts"), F.col("surface").alias("imp_surface"))
+    imps = bronze.impressions.select(
+        "impression_id",
+        F.col("user_id").alias("imp_user"),
+        F.col("ts").alias("imp_ts"),
+        F.col("surface").alias("imp_surface"),
+    )
     joined = history.join(imps, "impression_id", "left")
     lag = F.unix_timestamp("imp_ts") - F.unix_timestamp("ts")
-    stats = joined.agg(
-        F.count("*").alias("events"), F.count_if(~lag.between(1, 50) | lag.isNull()).alias("not_just_before"),
-        F.count_if((F.col("user_id") != F.col("imp_user")) | (F.col("surface") != F.col("imp_surface"))).alias("other"),
-        F.count_if(_off_day()).alias("off_day"),
-    ).first().asDict()
+    stats = (
+        joined.agg(
+            F.count("*").alias("events"),
+            F.count_if(~lag.between(1, 50) | lag.isNull()).alias("not_just_before"),
+            F.count_if((F.col("user_id") != F.col("imp_user")) | (F.col("surface") != F.col("imp_surface"))).alias(
+                "other"
+            ),
+            F.count_if(_off_day()).alias("off_day"),
+        )
+        .first()
+        .asDict()
+    )
     steps = bronze.raw.history_steps
     assert stats == {"events": sum(steps.values()), "not_just_before": 0, "other": 0, "off_day": 0}
     per_code = history.groupBy("btag", "action").count().collect()
@@ -404,8 +524,11 @@ class Copy:
     def good(self, name: str) -> list[tuple[int, bytes]]:
         """(0-based data row, line) of the file's lines expected to be accepted."""
         first = 2 if self.header else 1
-        return [(n - first, line) for n, line in enumerate(self.files[name], start=1)
-                if n >= first and (name, n) not in self.bad]
+        return [
+            (n - first, line)
+            for n, line in enumerate(self.files[name], start=1)
+            if n >= first and (name, n) not in self.bad
+        ]
 
 
 @dataclass(frozen=True)
@@ -425,8 +548,9 @@ def _write_copy(root: Path, folder: str, copy: Copy, trailing_newline: bool = Tr
         path.write_bytes(b"\n".join(lines) + (b"\n" if trailing_newline else b""))
 
 
-def _land_copy(spark: SparkSession, tmp: Path, name: str, copy: Copy, tables: tuple[str, ...],
-               trailing_newline: bool = True) -> Landed:
+def _land_copy(
+    spark: SparkSession, tmp: Path, name: str, copy: Copy, tables: tuple[str, ...], trailing_newline: bool = True
+) -> Landed:
     folder = DATASETS[name][0]
     _write_copy(tmp / "data", folder, copy, trailing_newline)
     cfg = GemConfig.from_dict({"world": COPY_CALENDAR, "data": {"source": name, "data_dir": str(tmp / "data")}})
@@ -444,8 +568,11 @@ def _land_copy(spark: SparkSession, tmp: Path, name: str, copy: Copy, tables: tu
 def _rejections(landed: Landed, table: str) -> dict[tuple[str, int], tuple]:
     """(file, line) -> (reason, raw line as bytes) of the table's rejected rows."""
     prefix = landed.folder + "/"
-    return {(r["source_file"].removeprefix(prefix), r["source_line"]): (r["reason"], r["raw_line"].encode())
-            for r in landed.rejected if r["source_table"] == table}
+    return {
+        (r["source_file"].removeprefix(prefix), r["source_line"]): (r["reason"], r["raw_line"].encode())
+        for r in landed.rejected
+        if r["source_table"] == table
+    }
 
 
 def _assert_lines_conserved(landed: Landed, impression_files: list[str] | None = None) -> None:
@@ -467,8 +594,9 @@ def _assert_bad_lines_rejected(landed: Landed, table: str = "bronze.impressions"
         assert {k: v[0] for k, v in found.items()} == {k: v[0] for k, v in expected.items()}
 
 
-def _header_and_good(path: Path, n: int, ok: Callable[[list[bytes]], bool] = lambda f: True,
-                     header: bool = True) -> tuple[list[bytes], list[bytes]]:
+def _header_and_good(
+    path: Path, n: int, ok: Callable[[list[bytes]], bool] = lambda f: True, header: bool = True
+) -> tuple[list[bytes], list[bytes]]:
     """The header (if any) and the first `n` lines of `path` whose fields pass `ok`, then the next lines."""
     lines = _lines(path)
     head, body = (lines[:1], lines[1:]) if header else ([], lines)
@@ -517,8 +645,14 @@ def criteo_copy(spark, tmp_path_factory) -> Landed:
     if not (ROOT / DATASETS["criteo"][0]).is_dir():
         pytest.skip("criteo is absent")
     # Written without a final line end: the truncated line is the file's last, as a cut-off copy leaves it.
-    return _land_copy(spark, tmp_path_factory.mktemp("criteo"), "criteo", _criteo_copy(),
-                      ("bronze.impressions", "bronze.users", "bronze.ads"), trailing_newline=False)
+    return _land_copy(
+        spark,
+        tmp_path_factory.mktemp("criteo"),
+        "criteo",
+        _criteo_copy(),
+        ("bronze.impressions", "bronze.users", "bronze.ads"),
+        trailing_newline=False,
+    )
 
 
 def _criteo_good(copy: Copy) -> dict[str, dict]:
@@ -527,14 +661,20 @@ def _criteo_good(copy: Copy) -> dict[str, dict]:
     for name, stem, offset in ((CRITEO_FUNREC, "funrec_kaggle_train", 1), (CRITEO_DEEPCTR, "deepctr_criteo_sample", 0)):
         for row, line in copy.good(name):
             f = [x.decode() for x in _fields(line)]
-            expected[f"criteo-{stem}-{row}"] = {"clicked": f[offset] == "1", "c3": f[offset + 16],
-                                                "c15": f[offset + 28], "id": int(f[0]) if offset else None}
+            expected[f"criteo-{stem}-{row}"] = {
+                "clicked": f[offset] == "1",
+                "c3": f[offset + 16],
+                "c15": f[offset + 28],
+                "id": int(f[0]) if offset else None,
+            }
     return expected
 
 
 def test_criteo_good_lines_are_accepted_with_their_values(criteo_copy):
-    accepted = {r["impression_id"]: {"clicked": r["clicked"], "c3": r["c3"], "c15": r["c15"], "id": r["id"]}
-                for r in criteo_copy.accepted["bronze.impressions"]}
+    accepted = {
+        r["impression_id"]: {"clicked": r["clicked"], "c3": r["c3"], "c15": r["c15"], "id": r["id"]}
+        for r in criteo_copy.accepted["bronze.impressions"]
+    }
     assert accepted == _criteo_good(criteo_copy.copy)
     assert "_line" not in criteo_copy.accepted["bronze.impressions"][0].asDict()
 
@@ -565,8 +705,10 @@ def test_criteo_labels_outside_0_1_are_rejected_not_read_as_no_click(criteo_copy
 def test_criteo_repeated_lines_are_rejected_as_duplicates_of_their_key(criteo_copy):
     found = _rejections(criteo_copy, "bronze.impressions")
     dups = {k: v for k, v in found.items() if v[0].startswith("duplicate_")}
-    assert {(k[0], v[0]) for k, v in dups.items()} == {(CRITEO_FUNREC, "duplicate_id"),
-                                                       (CRITEO_DEEPCTR, "duplicate_line")}
+    assert {(k[0], v[0]) for k, v in dups.items()} == {
+        (CRITEO_FUNREC, "duplicate_id"),
+        (CRITEO_DEEPCTR, "duplicate_line"),
+    }
     ids = [r["id"] for r in criteo_copy.accepted["bronze.impressions"] if r["id"] is not None]
     assert len(ids) == len(set(ids))  # the first copy landed once
 
@@ -574,7 +716,8 @@ def test_criteo_repeated_lines_are_rejected_as_duplicates_of_their_key(criteo_co
 def test_criteo_overflowing_id_is_unparsable_not_null(criteo_copy):
     found = _rejections(criteo_copy, "bronze.impressions")
     assert [raw.split(b",")[0] for reason, raw in found.values() if reason == "unparsable_id"] == [
-        b"99999999999999999999"]
+        b"99999999999999999999"
+    ]
 
 
 def test_criteo_every_bad_line_is_kept_and_rows_are_conserved(criteo_copy):
@@ -588,15 +731,24 @@ def test_a_changed_header_fails_the_landing_and_nothing_lands(spark, tmp_path):
     copy = _criteo_copy()
     renamed = copy.files[CRITEO_FUNREC][0].replace(b"Label", b"Click")
     copy = Copy({**copy.files, CRITEO_FUNREC: [renamed, *copy.files[CRITEO_FUNREC][1:]]}, bad={})
-    with pytest.raises(SourceFormatError, match=r"funrec_kaggle_train\.csv.*expected 41 columns.*'Label'.*found 41.*"
-                                                r"'Click'.*missing \['Label'\], unexpected \['Click'\]"):
+    with pytest.raises(
+        SourceFormatError,
+        match=r"funrec_kaggle_train\.csv.*expected 41 columns.*'Label'.*found 41.*"
+        r"'Click'.*missing \['Label'\], unexpected \['Click'\]",
+    ):
         _land_copy(spark, tmp_path, "criteo", copy, ("bronze.impressions",))
     assert not (tmp_path / "gem" / "lake" / "bronze" / "impressions").exists()
     assert not (tmp_path / "gem" / "lake" / "bronze" / "rejected_rows").exists()
 
 
-def _dataset_copy(name: str, tmp_path_factory, copy: Callable[[Path], Copy], tables: tuple[str, ...],
-                  spark: SparkSession, trailing_newline: bool = True) -> Landed:
+def _dataset_copy(
+    name: str,
+    tmp_path_factory,
+    copy: Callable[[Path], Copy],
+    tables: tuple[str, ...],
+    spark: SparkSession,
+    trailing_newline: bool = True,
+) -> Landed:
     folder = ROOT / DATASETS[name][0]
     if not folder.is_dir():
         pytest.skip(f"{name} is absent")
@@ -615,24 +767,29 @@ def _with_bad(files: dict[str, list[bytes]], bad_lines: list[tuple[str, bytes, s
 
 # -- Ali-CCP: an overflowing item id, a purchase label of 2, exact repeats within and across files --------
 
+
 def _ali_ccp_copy(folder: Path) -> Copy:
     names = [f"ali_ccp_{split}_sample.csv" for split in ("train", "val", "test")]
     (train, spare), (val, _), (test, _) = [_header_and_good(folder / n, k) for n, k in zip(names, (4, 2, 2))]
     f = _fields(spare[0])
     overflow = _join(f[:11] + [b"99999999999999999999"] + f[12:])  # field 205, the item (ad) id
     f = _fields(spare[1])
-    return _with_bad({names[0]: train, names[1]: val, names[2]: test}, [
-        (names[0], overflow, "unparsable_f_205"),
-        (names[0], _join(f[:1] + [b"2"] + f[2:]), "invalid_label_purchase"),
-        (names[0], train[2], "duplicate_line"),
-        (names[1], train[3], "duplicate_line"),  # a train line again in val
-    ])
+    return _with_bad(
+        {names[0]: train, names[1]: val, names[2]: test},
+        [
+            (names[0], overflow, "unparsable_f_205"),
+            (names[0], _join(f[:1] + [b"2"] + f[2:]), "invalid_label_purchase"),
+            (names[0], train[2], "duplicate_line"),
+            (names[1], train[3], "duplicate_line"),  # a train line again in val
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def ali_ccp_copy(spark, tmp_path_factory) -> Landed:
-    return _dataset_copy("ali_ccp", tmp_path_factory, _ali_ccp_copy, ("bronze.impressions",), spark,
-                         trailing_newline=False)  # as the real files are
+    return _dataset_copy(
+        "ali_ccp", tmp_path_factory, _ali_ccp_copy, ("bronze.impressions",), spark, trailing_newline=False
+    )  # as the real files are
 
 
 def test_ali_ccp_overflowing_item_id_label_and_repeats_are_rejected_with_their_lines(ali_ccp_copy):
@@ -640,8 +797,10 @@ def test_ali_ccp_overflowing_item_id_label_and_repeats_are_rejected_with_their_l
     _assert_bad_lines_rejected(ali_ccp_copy)
     _assert_lines_conserved(ali_ccp_copy)
     good = [(f"ali_ccp-{Path(name).stem}-{row}", _fields(line)) for name in copy.files for row, line in copy.good(name)]
-    accepted = {r["impression_id"]: (r["ad_id"], r["clicked"], r["converted"])
-                for r in ali_ccp_copy.accepted["bronze.impressions"]}
+    accepted = {
+        r["impression_id"]: (r["ad_id"], r["clicked"], r["converted"])
+        for r in ali_ccp_copy.accepted["bronze.impressions"]
+    }
     assert accepted == {i: (int(f[11]), f[0] == b"1", f[1] == b"1") for i, f in good}
     # bronze.ads would land what the adapter derives (Criteo's copy lands its dimensions too)
     assert {r["ad_id"] for r in ali_ccp_copy.source.ads().collect()} == {int(f[11]) for _, f in good}
@@ -658,12 +817,16 @@ def _taobao_copy(folder: Path) -> Copy:
     clicked = next(line for line in spare if _fields(line)[266] == b"1")
     train.append(clicked)
     f, g, h = (_fields(line) for line in [line for line in spare if line != clicked][:3])
-    return _with_bad({TAOBAO_TRAIN: train, TAOBAO_TEST: test}, [
-        (TAOBAO_TRAIN, _join(f[:10] + f[11:]), "too_few_fields"),  # a history value missing
-        (TAOBAO_TRAIN, _join(g[:250] + [b"99999999999999999999"] + g[251:]), "unparsable_uid"),
-        (TAOBAO_TRAIN, _join(h[:266] + [b"2"]), "invalid_label_target"),
-        (TAOBAO_TRAIN, clicked, "duplicate_line"),  # a clicked line again: no second click, no second history
-    ], header=False)
+    return _with_bad(
+        {TAOBAO_TRAIN: train, TAOBAO_TEST: test},
+        [
+            (TAOBAO_TRAIN, _join(f[:10] + f[11:]), "too_few_fields"),  # a history value missing
+            (TAOBAO_TRAIN, _join(g[:250] + [b"99999999999999999999"] + g[251:]), "unparsable_uid"),
+            (TAOBAO_TRAIN, _join(h[:266] + [b"2"]), "invalid_label_target"),
+            (TAOBAO_TRAIN, clicked, "duplicate_line"),  # a clicked line again: no second click, no second history
+        ],
+        header=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -685,17 +848,25 @@ def test_taobao_bad_lines_are_rejected_and_create_no_user_or_event(taobao_copy):
 
 # -- AliExpress: an extra column, a conversion label of -1, a train line repeated in a test file ---------
 
+
 def _aliexpress_copy(folder: Path) -> Copy:
-    names = ["fuxictr_tiny_mtl_train.csv", "torch_rechub_aliexpress_train_sample.csv", "fuxictr_tiny_mtl_test.csv",
-             "torch_rechub_aliexpress_test_sample.csv"]
+    names = [
+        "fuxictr_tiny_mtl_train.csv",
+        "torch_rechub_aliexpress_train_sample.csv",
+        "fuxictr_tiny_mtl_test.csv",
+        "torch_rechub_aliexpress_test_sample.csv",
+    ]
     copies = [_header_and_good(folder / name, 2) for name in names]
     files = {name: lines for name, (lines, _) in zip(names, copies)}
     f, g = _fields(copies[0][1][0]), _fields(copies[1][1][0])
-    return _with_bad(files, [
-        (names[0], _join(f[:5] + [b"0"] + f[5:]), "too_many_fields"),
-        (names[1], _join(g[:-1] + [b"-1"]), "invalid_label_conversion"),
-        (names[2], files[names[0]][1], "duplicate_line"),
-    ])
+    return _with_bad(
+        files,
+        [
+            (names[0], _join(f[:5] + [b"0"] + f[5:]), "too_many_fields"),
+            (names[1], _join(g[:-1] + [b"-1"]), "invalid_label_conversion"),
+            (names[2], files[names[0]][1], "duplicate_line"),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -707,13 +878,18 @@ def test_aliexpress_bad_lines_are_rejected_with_their_lines(aliexpress_copy):
     copy = aliexpress_copy.copy
     _assert_bad_lines_rejected(aliexpress_copy)
     _assert_lines_conserved(aliexpress_copy)
-    expected = {f"aliexpress-{Path(name).stem}-{row}": (_fields(line)[-2] == b"1", _fields(line)[-1] == b"1")
-                for name in copy.files for row, line in copy.good(name)}
-    assert {r["impression_id"]: (r["clicked"], r["converted"])
-            for r in aliexpress_copy.accepted["bronze.impressions"]} == expected
+    expected = {
+        f"aliexpress-{Path(name).stem}-{row}": (_fields(line)[-2] == b"1", _fields(line)[-1] == b"1")
+        for name in copy.files
+        for row, line in copy.good(name)
+    }
+    assert {
+        r["impression_id"]: (r["clicked"], r["converted"]) for r in aliexpress_copy.accepted["bronze.impressions"]
+    } == expected
 
 
 # -- Open Bandit: a repeated log index, a malformed timestamp, a repeated item in an item list -----------
+
 
 def _open_bandit_copy(folder: Path) -> Copy:
     files: dict[str, list[bytes]] = {}
@@ -727,17 +903,21 @@ def _open_bandit_copy(folder: Path) -> Copy:
     log, items = "random/all/all.csv", "random/men/item_context.csv"
     f = _fields(_lines(folder / log)[10])
     g = _fields(_lines(folder / log)[11])
-    return _with_bad(files, [
-        (log, _join([_fields(files[log][1])[0]] + f[1:]), "duplicate_index"),  # the index of the log's first line
-        (log, _join(g[:1] + [b"2019-11-31 25:00:00"] + g[2:]), "unparsable_timestamp"),
-        (items, _join([b"99"] + _fields(files[items][2])[1:]), "duplicate_item_id"),  # a new index, an old item
-    ])
+    return _with_bad(
+        files,
+        [
+            (log, _join([_fields(files[log][1])[0]] + f[1:]), "duplicate_index"),  # the index of the log's first line
+            (log, _join(g[:1] + [b"2019-11-31 25:00:00"] + g[2:]), "unparsable_timestamp"),
+            (items, _join([b"99"] + _fields(files[items][2])[1:]), "duplicate_item_id"),  # a new index, an old item
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def open_bandit_copy(spark, tmp_path_factory) -> Landed:
-    return _dataset_copy("open_bandit", tmp_path_factory, _open_bandit_copy, ("bronze.impressions", "bronze.ads"),
-                         spark)
+    return _dataset_copy(
+        "open_bandit", tmp_path_factory, _open_bandit_copy, ("bronze.impressions", "bronze.ads"), spark
+    )
 
 
 def test_open_bandit_repeated_index_bad_timestamp_and_repeated_item_are_rejected(open_bandit_copy):
@@ -745,14 +925,23 @@ def test_open_bandit_repeated_index_bad_timestamp_and_repeated_item_are_rejected
     log_bad = {k: v for k, v in copy.bad.items() if not k[0].endswith("item_context.csv")}
     item_bad = {k: v for k, v in copy.bad.items() if k[0].endswith("item_context.csv")}
     assert _rejections(open_bandit_copy, "bronze.impressions") == {
-        k: (v, copy.files[k[0]][k[1] - 1]) for k, v in log_bad.items()}
+        k: (v, copy.files[k[0]][k[1] - 1]) for k, v in log_bad.items()
+    }
     assert _rejections(open_bandit_copy, "bronze.ads") == {
-        k: (v, copy.files[k[0]][k[1] - 1]) for k, v in item_bad.items()}
+        k: (v, copy.files[k[0]][k[1] - 1]) for k, v in item_bad.items()
+    }
     logs = [name for name in copy.files if not name.endswith("item_context.csv")]
     _assert_lines_conserved(open_bandit_copy, logs)
-    expected = {"-".join(["open_bandit", *name.split("/")[:2], str(int(_fields(line)[0]))]): _fields(line)[4] == b"1"
-                for name in logs for _, line in copy.good(name)}
+    expected = {
+        "-".join(["open_bandit", *name.split("/")[:2], str(int(_fields(line)[0]))]): _fields(line)[4] == b"1"
+        for name in logs
+        for _, line in copy.good(name)
+    }
     assert {r["impression_id"]: r["clicked"] for r in open_bandit_copy.accepted["bronze.impressions"]} == expected
-    items = {(name.split("/")[1], int(_fields(line)[1])) for name in copy.files if name.endswith("item_context.csv")
-             for _, line in copy.good(name)}
+    items = {
+        (name.split("/")[1], int(_fields(line)[1]))
+        for name in copy.files
+        if name.endswith("item_context.csv")
+        for _, line in copy.good(name)
+    }
     assert {(r["campaign"], r["item_id"]) for r in open_bandit_copy.accepted["bronze.ads"]} == items

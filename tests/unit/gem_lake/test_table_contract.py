@@ -42,7 +42,8 @@ def test_optional_columns_are_described_but_not_required():
     assert silver.descriptions["age_bucket_idx"] == f"embedding row of `age_bucket` {IDX}"
     assert schema_violations("silver.user_features", {"user_id": "bigint", "user_id_idx": "bigint"}) == []
     assert schema_violations("silver.user_features", {"user_id": "bigint", "age_bucket_idx": "bigint"}) == [
-        "missing column user_id_idx (bigint)"]
+        "missing column user_id_idx (bigint)"
+    ]
     assert "seq_category_idx" not in CONTRACT["gold.user_sequences"].columns
     position = CONTRACT["gold.training_examples"].descriptions["position"]
     assert position == "the ad's slot; null where the source logs none"
@@ -61,8 +62,10 @@ def test_materialised_table_metadata_carries_the_contract_descriptions(spark, tm
     from dagster_project.resources.lake import LakeResource
 
     lake = LakeResource(home=str(tmp_path / "gem"))
-    df = spark.createDataFrame([(1, 7, "25-34", 0.5), (2, 9, None, 1.5)],
-                               "user_id bigint, user_id_idx bigint, age_bucket string, dataset_score double")
+    df = spark.createDataFrame(
+        [(1, 7, "25-34", 0.5), (2, 9, None, 1.5)],
+        "user_id bigint, user_id_idx bigint, age_bucket string, dataset_score double",
+    )
     df.write.format("delta").save(str(lake.paths.table("silver.user_features")))
 
     metadata = table_metadata(lake, "silver.user_features", 2)
@@ -91,8 +94,10 @@ def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_
 
     # 40 columns: Delta keeps per-file statistics for the first 32, so `late_key`'s nulls are read from the files.
     fillers = ", ".join(f"c{i} int" for i in range(36))
-    rows = [(k if k % 5 else None, *range(36), None if k % 7 == 0 else f"k{k}", date(2026, 11, 1 + k % 2))
-            for k in range(1, 60)]
+    rows = [
+        (k if k % 5 else None, *range(36), None if k % 7 == 0 else f"k{k}", date(2026, 11, 1 + k % 2))
+        for k in range(1, 60)
+    ]
     df = spark.createDataFrame(rows, f"key bigint, {fillers}, late_key string, ds date")
     path = tmp_path / "t"
     df.write.format("delta").partitionBy("ds").save(str(path))
@@ -100,8 +105,11 @@ def test_table_stats_agree_with_spark_where_the_log_has_statistics_and_where_it_
     read = spark.read.format("delta").load(str(path))
 
     def spark_counts(where):
-        c = read.where(where).agg(F.count(F.lit(1)).alias("rows"),
-                                  *[F.sum(F.col(k).isNull().cast("long")).alias(k) for k in keys]).first()
+        c = (
+            read.where(where)
+            .agg(F.count(F.lit(1)).alias("rows"), *[F.sum(F.col(k).isNull().cast("long")).alias(k) for k in keys])
+            .first()
+        )
         return c["rows"], {k: c[k] or 0 for k in keys}
 
     whole = table_stats(path, None, keys)
@@ -133,14 +141,17 @@ def test_the_contract_check_names_an_empty_table_null_or_repeated_keys_and_a_mis
     good.write.format("delta").save(path)
     result = run()
     assert result.passed and result.metadata["rows"].value == 2 and result.metadata["null_user_id"].value == 0
-    spark.createDataFrame([(None, 7), (2, 9)], "user_id bigint, user_id_idx bigint").write.format("delta") \
-        .mode("overwrite").save(path)
+    spark.createDataFrame([(None, 7), (2, 9)], "user_id bigint, user_id_idx bigint").write.format("delta").mode(
+        "overwrite"
+    ).save(path)
     assert run().description == "1 null values in key column user_id"
-    spark.createDataFrame([(2, 7), (2, 9), (2, 9), (3, 1)], "user_id bigint, user_id_idx bigint").write \
-        .format("delta").mode("overwrite").save(path)
+    spark.createDataFrame([(2, 7), (2, 9), (2, 9), (3, 1)], "user_id bigint, user_id_idx bigint").write.format(
+        "delta"
+    ).mode("overwrite").save(path)
     repeated = run()
     assert repeated.description == "2 rows repeat the key (user_id) of an earlier row"
     assert not repeated.passed and repeated.metadata["repeated_keys"].value == 2
-    spark.createDataFrame([], "user_id bigint").write.format("delta").mode("overwrite") \
-        .option("overwriteSchema", "true").save(path)
+    spark.createDataFrame([], "user_id bigint").write.format("delta").mode("overwrite").option(
+        "overwriteSchema", "true"
+    ).save(path)
     assert run().description == "missing column user_id_idx (bigint); table is empty"

@@ -78,8 +78,11 @@ def test_a_training_window_starts_its_days_before_the_holdout_and_fits_the_calen
     cfg = GemConfig.from_dict({"world": world, "train": {"window_days": 3}})
     assert cfg.train_start == date(2026, 11, 2)
     assert cfg.fingerprint != GemConfig.from_dict({"world": world}).fingerprint
-    with pytest.raises(ConfigError, match=r"train.window_days=5 is more than the 4 days before the holdout .* "
-                                          r"at most 4, or 0 for every day"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train.window_days=5 is more than the 4 days before the holdout .* "
+        r"at most 4, or 0 for every day",
+    ):
         GemConfig.from_dict({"world": world, "train": {"window_days": 5}})
 
 
@@ -99,8 +102,13 @@ def test_the_code_locations_lake_loads_the_config_the_environment_names(tmp_path
     overrides = tmp_path / "overrides.json"
     overrides.write_text(json.dumps({"train": {"epochs": 3}}))
     mapping = tmp_path / "my_logs.yaml"
-    for name, value in {"GEM_HOME": str(tmp_path / "gem"), "GEM_PRESET": "small", "GEM_CONFIG": str(overrides),
-                        "GEM_DATA_SOURCE": "criteo", "GEM_SOURCE_MAPPING": str(mapping)}.items():
+    for name, value in {
+        "GEM_HOME": str(tmp_path / "gem"),
+        "GEM_PRESET": "small",
+        "GEM_CONFIG": str(overrides),
+        "GEM_DATA_SOURCE": "criteo",
+        "GEM_SOURCE_MAPPING": str(mapping),
+    }.items():
         monkeypatch.setenv(name, value)
     lake = LakeResource.from_env()
     assert lake.config == GemConfig.from_env()
@@ -162,9 +170,12 @@ def test_a_teacher_saved_with_a_setting_since_removed_is_refused_with_the_fix():
 
     saved = GemConfig.load("small").to_dict()
     saved["model"]["sequence"]["candidate_token"] = False  # a try that lost, since removed
-    with pytest.raises(ConfigError, match=r"^model version 'v1' was trained with a config this code no longer reads "
-                                          r"\(config.model.sequence: unknown key\(s\) \['candidate_token'\].*\); "
-                                          r"materialise teacher_model again"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model version 'v1' was trained with a config this code no longer reads "
+        r"\(config.model.sequence: unknown key\(s\) \['candidate_token'\].*\); "
+        r"materialise teacher_model again",
+    ):
         teacher_config({"model_version": "v1", "config": saved})
 
 
@@ -193,43 +204,53 @@ def _refused(overrides: dict, message: str) -> None:
 
 
 def test_a_string_false_is_not_a_boolean():
-    _refused({"train": {"compile": "false"}},
-             "train.compile='false': must be true or false (a JSON boolean), not a string")
+    _refused(
+        {"train": {"compile": "false"}}, "train.compile='false': must be true or false (a JSON boolean), not a string"
+    )
     _refused({"train": {"bf16": 0}}, "train.bf16=0: must be true or false (a JSON boolean), not an integer")
     with pytest.raises(ConfigError, match=re.escape("train.compile='false': must be true or false")):
         TrainConfig(compile="false")
 
 
 def test_a_string_is_not_a_tuple_of_surfaces():
-    _refused({"world": {"surfaces": "feed"}}, "world.surfaces='feed': must be a non-empty JSON array without "
-             "duplicates, each element one of ['feed', 'stories', 'reels', 'messaging', 'offsite'], not a string")
+    _refused(
+        {"world": {"surfaces": "feed"}},
+        "world.surfaces='feed': must be a non-empty JSON array without "
+        "duplicates, each element one of ['feed', 'stories', 'reels', 'messaging', 'offsite'], not a string",
+    )
     with pytest.raises(ConfigError, match=re.escape("world.surfaces='feed': must be a non-empty JSON array")):
         WorldConfig(surfaces="feed")
 
 
-@pytest.mark.parametrize("surfaces, message", [
-    ([], "world.surfaces=[]: must be a non-empty JSON array"),
-    (["feed", "feed"], "world.surfaces=['feed', 'feed']: must be a non-empty JSON array without duplicates"),
-    (["feed", "tv"], "world.surfaces[1]='tv': must be one of ['feed', 'stories', 'reels', 'messaging', 'offsite']"),
-])
+@pytest.mark.parametrize(
+    "surfaces, message",
+    [
+        ([], "world.surfaces=[]: must be a non-empty JSON array"),
+        (["feed", "feed"], "world.surfaces=['feed', 'feed']: must be a non-empty JSON array without duplicates"),
+        (["feed", "tv"], "world.surfaces[1]='tv': must be one of ['feed', 'stories', 'reels', 'messaging', 'offsite']"),
+    ],
+)
 def test_surfaces_are_a_non_empty_set_of_known_surfaces(surfaces, message):
     _refused({"world": {"surfaces": surfaces}}, message)
 
 
-@pytest.mark.parametrize("section, key, value, allowed", [
-    ("train", "epochs", 0, "an integer in [1, 10000]"),
-    ("train", "nproc", 0, "an integer in [1, 4096]"),
-    ("train", "batch_size", -8, "an integer in [1, 16777216]"),
-    ("export", "nproc", 0, "an integer in [1, 4096]"),
-    ("export", "chunk_rows", 0, "an integer in [1, 16777216]"),
-    ("student", "epochs", 0, "an integer in [1, 10000]"),
-    ("world", "n_users", 0, "an integer in [1, 2147483647]"),
-    ("world", "n_days", -1, "an integer in [1, 3660]"),
-    ("world", "holdout_days", 0, "an integer in [1, 3660]"),
-    ("features", "max_seq_len", 0, "an integer in [1, 1048576]"),
-    ("features", "action_buckets", 1, "an integer in [2, 2147483647]"),
-    ("index", "train_sample", 0, "an integer in [1, 2147483647]"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("train", "epochs", 0, "an integer in [1, 10000]"),
+        ("train", "nproc", 0, "an integer in [1, 4096]"),
+        ("train", "batch_size", -8, "an integer in [1, 16777216]"),
+        ("export", "nproc", 0, "an integer in [1, 4096]"),
+        ("export", "chunk_rows", 0, "an integer in [1, 16777216]"),
+        ("student", "epochs", 0, "an integer in [1, 10000]"),
+        ("world", "n_users", 0, "an integer in [1, 2147483647]"),
+        ("world", "n_days", -1, "an integer in [1, 3660]"),
+        ("world", "holdout_days", 0, "an integer in [1, 3660]"),
+        ("features", "max_seq_len", 0, "an integer in [1, 1048576]"),
+        ("features", "action_buckets", 1, "an integer in [2, 2147483647]"),
+        ("index", "train_sample", 0, "an integer in [1, 2147483647]"),
+    ],
+)
 def test_zero_and_negative_sizes_are_refused_when_the_config_is_built(section, key, value, allowed):
     _refused({section: {key: value}}, f"{section}.{key}={value}: must be {allowed}")
 
@@ -241,60 +262,103 @@ def test_direct_construction_is_checked_like_json():
         (lambda: ExportConfig(nproc=0), "export.nproc=0: must be an integer in [1, 4096]"),
         (lambda: TrainConfig(dense_lr=-1.0), "train.dense_lr=-1.0: must be a number in (0, 10]"),
         (lambda: SequenceConfig(pyramid=(16, 0)), "model.sequence.pyramid[1]=0: must be an integer in [1, 1048576]"),
-        (lambda: SparseFeature("user_id", 1, "user"),
-         "features.features['user_id'].buckets=1: must be an integer in [2, 2147483647]"),
+        (
+            lambda: SparseFeature("user_id", 1, "user"),
+            "features.features['user_id'].buckets=1: must be an integer in [2, 2147483647]",
+        ),
         (lambda: StudentConfig(validation_fraction=1.0), "student.validation_fraction=1.0: must be a number in (0, 1)"),
     ]:
         with pytest.raises(ConfigError, match="^" + re.escape(message)):
             build()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"train": {"epochs": 2.5}}, "train.epochs=2.5: must be an integer in [1, 10000], not a float"),
-    ({"train": {"epochs": "3"}}, "train.epochs='3': must be an integer in [1, 10000], not a string"),
-    ({"train": {"epochs": True}}, "train.epochs=True: must be an integer in [1, 10000], not a boolean"),
-    ({"train": {"dense_lr": "0.01"}}, "train.dense_lr='0.01': must be a number in (0, 10], not a string"),
-    ({"train": {"dense_lr": 0}}, "train.dense_lr=0: must be a number in (0, 10]"),
-    ({"train": {"min_lr_fraction": 1.5}}, "train.min_lr_fraction=1.5: must be a number in [0, 1]"),
-    ({"train": {"retrieval_weight": -0.1}}, "train.retrieval_weight=-0.1: must be a number in [0, 1000]"),
-    ({"train": {"grad_clip": float("inf")}}, "train.grad_clip=inf: must be a number in (0, 1000000] (a finite number)"),
-    ({"train": {"seed": -1}}, "train.seed=-1: must be an integer in [0, 4294967295]"),
-    ({"train": {"dense_lr_schedule": "step"}}, "train.dense_lr_schedule='step': must be one of ['constant', 'cosine']"),
-    ({"world": {"new_ad_fraction": 1}}, "world.new_ad_fraction=1: must be a number in [0, 1)"),
-    ({"world": {"start_date": "01/11/2026"}}, "world.start_date='01/11/2026': must be an ISO date string (YYYY-MM-DD)"),
-    ({"world": {"start_date": 20261101}}, "world.start_date=20261101: must be an ISO date string (YYYY-MM-DD), "
-                                          "not an integer"),
-    ({"world": 3}, "world=3: must be a JSON object of WorldConfig settings, not an integer"),
-    ({"data": {"click_rate_bounds": [0.1]}}, "data.click_rate_bounds=[0.1]: must be a JSON array of exactly 2 "
-                                             "elements, each a number in [0, 1], not an array of 1"),
-    ({"data": {"click_rate_bounds": [0.5, 0.1]}}, "data.click_rate_bounds=[0.5, 0.1]: the low bound exceeds"),
-    ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
-    ({"model": {"experimental": {"attention_activation": "relu"}}},
-     "model.experimental.attention_activation='relu': must be one of ['softmax', 'silu', 'gelu', 'relu2', 'identity']"),
-    ({"model": {"architecture": "xgboost"}}, "model.architecture='xgboost': must be one of ['gem', 'dlrm', 'dcnv2', "
-                                             "'lr']"),
-    ({"model": {"sequence": {"pyramid": []}}}, "model.sequence.pyramid=[]: must be a non-empty JSON array, "
-                                               "each element an integer in [1, 1048576]"),
-    ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer in [1, 65536]"),
-    ({"model": {"surface_dims": [32, 16]}}, "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
-                                           "element, an integer in [1, 65536], not an array of 2"),
-    ({"model": {"use_sequence": "no"}}, "model.use_sequence='no': must be true or false (a JSON boolean)"),
-    ({"features": {"features": "user_id"}}, "features.features='user_id': must be a non-empty JSON array"),
-    ({"features": {"features": [{"name": "user_id", "buckets": 0, "side": "user"}]}},
-     "features.features[0].buckets=0: must be an integer in [2, 2147483647]"),
-    ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "person"}]}},
-     "features.features[0].side='person': must be one of ['user', 'ad', 'context']"),
-    ({"features": {"features": [{"name": "user_id", "buckets": 8}]}},
-     "config.features.features[0]: missing key(s) ['side']"),
-    ({"features": {"features": [{"name": "user_id", "buckets": 8, "side": "user", "dim": 4}]}},
-     "config.features.features[0]: unknown key(s) ['dim']"),
-    ({"index": {"min_recall": 1.01}}, "index.min_recall=1.01: must be a number in [0, 1]"),
-    ({"student": {"adapter_prior_sds": [0.1, 0]}}, "student.adapter_prior_sds[1]=0: must be a number in (0, 1000000]"),
-    ({"student": {"variants": ["kd", "kd"]}}, "student.variants=['kd', 'kd']: must be a non-empty JSON array without "
-                                              "duplicates, each element one of ['labels', 'kd', 'adapter', "),
-    ({"student": {"variants": ["labels", "distill"]}}, "student.variants[1]='distill': must be one of ['labels', "),
-    ({"student": {"features": "user_id"}}, "student.features='user_id': must be a non-empty JSON array"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"train": {"epochs": 2.5}}, "train.epochs=2.5: must be an integer in [1, 10000], not a float"),
+        ({"train": {"epochs": "3"}}, "train.epochs='3': must be an integer in [1, 10000], not a string"),
+        ({"train": {"epochs": True}}, "train.epochs=True: must be an integer in [1, 10000], not a boolean"),
+        ({"train": {"dense_lr": "0.01"}}, "train.dense_lr='0.01': must be a number in (0, 10], not a string"),
+        ({"train": {"dense_lr": 0}}, "train.dense_lr=0: must be a number in (0, 10]"),
+        ({"train": {"min_lr_fraction": 1.5}}, "train.min_lr_fraction=1.5: must be a number in [0, 1]"),
+        ({"train": {"retrieval_weight": -0.1}}, "train.retrieval_weight=-0.1: must be a number in [0, 1000]"),
+        (
+            {"train": {"grad_clip": float("inf")}},
+            "train.grad_clip=inf: must be a number in (0, 1000000] (a finite number)",
+        ),
+        ({"train": {"seed": -1}}, "train.seed=-1: must be an integer in [0, 4294967295]"),
+        (
+            {"train": {"dense_lr_schedule": "step"}},
+            "train.dense_lr_schedule='step': must be one of ['constant', 'cosine']",
+        ),
+        ({"world": {"new_ad_fraction": 1}}, "world.new_ad_fraction=1: must be a number in [0, 1)"),
+        (
+            {"world": {"start_date": "01/11/2026"}},
+            "world.start_date='01/11/2026': must be an ISO date string (YYYY-MM-DD)",
+        ),
+        (
+            {"world": {"start_date": 20261101}},
+            "world.start_date=20261101: must be an ISO date string (YYYY-MM-DD), not an integer",
+        ),
+        ({"world": 3}, "world=3: must be a JSON object of WorldConfig settings, not an integer"),
+        (
+            {"data": {"click_rate_bounds": [0.1]}},
+            "data.click_rate_bounds=[0.1]: must be a JSON array of exactly 2 "
+            "elements, each a number in [0, 1], not an array of 1",
+        ),
+        ({"data": {"click_rate_bounds": [0.5, 0.1]}}, "data.click_rate_bounds=[0.5, 0.1]: the low bound exceeds"),
+        ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
+        (
+            {"model": {"experimental": {"attention_activation": "relu"}}},
+            "model.experimental.attention_activation='relu': must be one of "
+            "['softmax', 'silu', 'gelu', 'relu2', 'identity']",
+        ),
+        (
+            {"model": {"architecture": "xgboost"}},
+            "model.architecture='xgboost': must be one of ['gem', 'dlrm', 'dcnv2', 'lr']",
+        ),
+        (
+            {"model": {"sequence": {"pyramid": []}}},
+            "model.sequence.pyramid=[]: must be a non-empty JSON array, each element an integer in [1, 1048576]",
+        ),
+        ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer in [1, 65536]"),
+        (
+            {"model": {"surface_dims": [32, 16]}},
+            "model.surface_dims=[32, 16]: must be a JSON array of exactly one "
+            "element, an integer in [1, 65536], not an array of 2",
+        ),
+        ({"model": {"use_sequence": "no"}}, "model.use_sequence='no': must be true or false (a JSON boolean)"),
+        ({"features": {"features": "user_id"}}, "features.features='user_id': must be a non-empty JSON array"),
+        (
+            {"features": {"features": [{"name": "user_id", "buckets": 0, "side": "user"}]}},
+            "features.features[0].buckets=0: must be an integer in [2, 2147483647]",
+        ),
+        (
+            {"features": {"features": [{"name": "user_id", "buckets": 8, "side": "person"}]}},
+            "features.features[0].side='person': must be one of ['user', 'ad', 'context']",
+        ),
+        (
+            {"features": {"features": [{"name": "user_id", "buckets": 8}]}},
+            "config.features.features[0]: missing key(s) ['side']",
+        ),
+        (
+            {"features": {"features": [{"name": "user_id", "buckets": 8, "side": "user", "dim": 4}]}},
+            "config.features.features[0]: unknown key(s) ['dim']",
+        ),
+        ({"index": {"min_recall": 1.01}}, "index.min_recall=1.01: must be a number in [0, 1]"),
+        (
+            {"student": {"adapter_prior_sds": [0.1, 0]}},
+            "student.adapter_prior_sds[1]=0: must be a number in (0, 1000000]",
+        ),
+        (
+            {"student": {"variants": ["kd", "kd"]}},
+            "student.variants=['kd', 'kd']: must be a non-empty JSON array without "
+            "duplicates, each element one of ['labels', 'kd', 'adapter', ",
+        ),
+        ({"student": {"variants": ["labels", "distill"]}}, "student.variants[1]='distill': must be one of ['labels', "),
+        ({"student": {"features": "user_id"}}, "student.features='user_id': must be a non-empty JSON array"),
+    ],
+)
 def test_type_and_range_errors_name_the_key_the_value_and_what_is_allowed(overrides, message):
     _refused(overrides, message)
 
@@ -304,15 +368,17 @@ def test_the_top_level_must_be_an_object():
 
 
 def test_valid_edge_values_and_json_forms_are_accepted():
-    cfg = GemConfig.from_dict({
-        "world": {"surfaces": ["feed"], "start_date": "2026-01-01"},
-        "features": {"lookback_days": 0, "sequence_item_attributes": []},
-        "train": {"retrieval_weight": 0, "min_lr_fraction": 1, "dense_lr": 1},
-        "model": {"sequence": {"n_recent": 0}, "tower_dims": []},
-        "index": {"exact_below": 0, "min_recall": 0},
-        "data": {"label_check_min_rows": 0, "click_rate_bounds": [0, 1]},
-        "student": {"embedding_lag_days": 0, "kd_weight": 0},
-    })
+    cfg = GemConfig.from_dict(
+        {
+            "world": {"surfaces": ["feed"], "start_date": "2026-01-01"},
+            "features": {"lookback_days": 0, "sequence_item_attributes": []},
+            "train": {"retrieval_weight": 0, "min_lr_fraction": 1, "dense_lr": 1},
+            "model": {"sequence": {"n_recent": 0}, "tower_dims": []},
+            "index": {"exact_below": 0, "min_recall": 0},
+            "data": {"label_check_min_rows": 0, "click_rate_bounds": [0, 1]},
+            "student": {"embedding_lag_days": 0, "kd_weight": 0},
+        }
+    )
     assert cfg.world.surfaces == ("feed",) and cfg.world.start_date == date(2026, 1, 1)
     assert cfg.train.dense_lr == 1.0 and isinstance(cfg.train.dense_lr, float)  # an int is a JSON number
     assert cfg.data.click_rate_bounds == (0.0, 1.0) and cfg.model.tower_dims == ()
@@ -327,17 +393,25 @@ def test_config_errors_are_value_errors():
     assert issubclass(ConfigError, ValueError)
 
 
-@pytest.mark.parametrize("text, message", [
-    (None, " does not exist; point GEM_CONFIG at an existing file, or unset it"),
-    ("", " is empty; write a JSON object of overrides, e.g. {"),
-    ("  \n", " is empty; write a JSON object of overrides"),
-    ('{"train": {"epochs": 1,}}', " is not valid JSON: Expecting property name enclosed in double quotes at line 1, "
-                                  "column 24; fix the syntax there"),
-    ('{\n  "train": {"epochs": 1}\n  "world": {}\n}',
-     " is not valid JSON: Expecting ',' delimiter at line 3, column 3"),
-    ("[1, 2]", ": the top level is an array, not a JSON object; write a JSON object of overrides"),
-    ('"train"', ": the top level is a string, not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, " does not exist; point GEM_CONFIG at an existing file, or unset it"),
+        ("", " is empty; write a JSON object of overrides, e.g. {"),
+        ("  \n", " is empty; write a JSON object of overrides"),
+        (
+            '{"train": {"epochs": 1,}}',
+            " is not valid JSON: Expecting property name enclosed in double quotes at line 1, "
+            "column 24; fix the syntax there",
+        ),
+        (
+            '{\n  "train": {"epochs": 1}\n  "world": {}\n}',
+            " is not valid JSON: Expecting ',' delimiter at line 3, column 3",
+        ),
+        ("[1, 2]", ": the top level is an array, not a JSON object; write a JSON object of overrides"),
+        ('"train"', ": the top level is a string, not a JSON object"),
+    ],
+)
 def test_a_bad_gem_config_file_is_named_with_the_problem_and_the_fix(tmp_path, monkeypatch, text, message):
     path = tmp_path / "overrides.json"
     if text is not None:
@@ -357,55 +431,63 @@ def test_a_bad_value_in_a_gem_config_file_names_the_file_and_the_key(tmp_path, m
     assert GemConfig.from_env().train.epochs == 1
 
 
-@pytest.mark.parametrize("section, key, value, allowed", [
-    ("world", "n_days", 100_000_000, "an integer in [1, 3660]"),
-    ("train", "nproc", 100_000, "an integer in [1, 4096]"),
-    ("export", "nproc", 4097, "an integer in [1, 4096]"),
-    ("world", "impressions_per_day", 2**31, "an integer in [1, 2147483647]"),
-    ("world", "activity_sigma", 50, "a number in [0, 10]"),
-    ("train", "batch_size", 2**24 + 1, "an integer in [1, 16777216]"),
-    ("train", "epochs", 1_000_000, "an integer in [1, 10000]"),
-    ("train", "window_days", 3661, "an integer in [0, 3660]"),
-    ("train", "dense_lr", 30, "a number in (0, 10]"),
-    ("train", "temperature", 1000, "a number in (0, 100]"),
-    ("train", "retrieval_weight", 1e9, "a number in [0, 1000]"),
-    ("train", "seed", 2**32, "an integer in [0, 4294967295]"),
-    ("model", "embedding_dim", 1_000_000, "an integer in [1, 65536]"),
-    ("features", "max_seq_len", 2**21, "an integer in [1, 1048576]"),
-    ("student", "eval_days", 5000, "an integer in [1, 3660]"),
-    ("index", "nprobe", 2**40, "an integer in [1, 2147483647]"),
-])
-def test_values_past_their_upper_bound_are_refused_naming_the_key_the_value_and_the_range(section, key, value,
-                                                                                          allowed):
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("world", "n_days", 100_000_000, "an integer in [1, 3660]"),
+        ("train", "nproc", 100_000, "an integer in [1, 4096]"),
+        ("export", "nproc", 4097, "an integer in [1, 4096]"),
+        ("world", "impressions_per_day", 2**31, "an integer in [1, 2147483647]"),
+        ("world", "activity_sigma", 50, "a number in [0, 10]"),
+        ("train", "batch_size", 2**24 + 1, "an integer in [1, 16777216]"),
+        ("train", "epochs", 1_000_000, "an integer in [1, 10000]"),
+        ("train", "window_days", 3661, "an integer in [0, 3660]"),
+        ("train", "dense_lr", 30, "a number in (0, 10]"),
+        ("train", "temperature", 1000, "a number in (0, 100]"),
+        ("train", "retrieval_weight", 1e9, "a number in [0, 1000]"),
+        ("train", "seed", 2**32, "an integer in [0, 4294967295]"),
+        ("model", "embedding_dim", 1_000_000, "an integer in [1, 65536]"),
+        ("features", "max_seq_len", 2**21, "an integer in [1, 1048576]"),
+        ("student", "eval_days", 5000, "an integer in [1, 3660]"),
+        ("index", "nprobe", 2**40, "an integer in [1, 2147483647]"),
+    ],
+)
+def test_values_past_their_upper_bound_are_refused_naming_the_key_the_value_and_the_range(section, key, value, allowed):
     _refused({section: {key: value}}, f"{section}.{key}={value!r}: must be {allowed}")
 
 
-def test_a_gem_config_file_with_a_huge_calendar_or_process_count_is_refused_before_anything_runs(tmp_path,
-                                                                                                monkeypatch):
+def test_a_gem_config_file_with_a_huge_calendar_or_process_count_is_refused_before_anything_runs(tmp_path, monkeypatch):
     path = tmp_path / "overrides.json"
     monkeypatch.setenv("GEM_CONFIG", str(path))
-    for text, message in [('{"world": {"n_days": 100000000}}', "world.n_days=100000000: must be an integer in "
-                                                                "[1, 3660]"),
-                          ('{"train": {"nproc": 100000}}', "train.nproc=100000: must be an integer in [1, 4096]")]:
+    for text, message in [
+        ('{"world": {"n_days": 100000000}}', "world.n_days=100000000: must be an integer in [1, 3660]"),
+        ('{"train": {"nproc": 100000}}', "train.nproc=100000: must be an integer in [1, 4096]"),
+    ]:
         path.write_text(text)
         with pytest.raises(ConfigError, match="^" + re.escape(f"config file {path}: {message}")):
             GemConfig.from_env()
 
 
 def test_a_calendar_running_past_the_last_date_is_refused():
-    _refused({"world": {"start_date": "9999-12-30", "n_days": 3}},
-             "world.start_date=9999-12-30 with world.n_days=3 runs past 9999-12-31; start the calendar earlier")
+    _refused(
+        {"world": {"start_date": "9999-12-30", "n_days": 3}},
+        "world.start_date=9999-12-30 with world.n_days=3 runs past 9999-12-31; start the calendar earlier",
+    )
     assert GemConfig.from_dict({"world": {"start_date": "9999-12-29", "n_days": 3}}).world.days[-1] == date.max
 
 
 HOSTILE_CONFIG_FILES = [
-    (b'{"train": {"epochs": 1},\n "world": {},\n "train": {"epochs": 9}}',
-     " repeats the key 'train' at line 3, first given at line 1 (only one copy would be kept, silently); keep one"),
+    (
+        b'{"train": {"epochs": 1},\n "world": {},\n "train": {"epochs": 9}}',
+        " repeats the key 'train' at line 3, first given at line 1 (only one copy would be kept, silently); keep one",
+    ),
     (b'{"train": {"epochs": 1, "epochs": 9}}', " repeats the key 'epochs' at line 1, first given at line 1"),
     (b"[" * 50_000 + b"]" * 50_000, " nests deeper than 50 levels at line 1; flatten it"),
     (gzip.compress(b'{"train": {"epochs": 1}}'), " is gzip-compressed; decompress it: it must be UTF-8 text"),
-    ('{"data": {"data_dir": "/données"}}'.encode("latin-1"), " is not UTF-8 text (byte 0xe9 at line 1); save it "
-                                                            "as UTF-8"),
+    (
+        '{"data": {"data_dir": "/données"}}'.encode("latin-1"),
+        " is not UTF-8 text (byte 0xe9 at line 1); save it as UTF-8",
+    ),
     (b'{"train": {"epochs": 1}}\x00\x00', " is binary (a NUL byte at line 1); it must be UTF-8 text"),
     (b" " * (MAX_BYTES + 1), f" is larger than {MAX_BYTES} bytes"),
 ]
@@ -437,36 +519,61 @@ def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monk
     monkeypatch.setitem(sys.modules, "dagster_project.demo", demo)
     with pytest.raises(SystemExit) as exit_info:
         main(["demo"])
-    assert str(exit_info.value).startswith(f"gem demo: config file {tmp_path / 'empty.json'} (GEM_CONFIG or --config) "
-                                           "is empty")
+    assert str(exit_info.value).startswith(
+        f"gem demo: config file {tmp_path / 'empty.json'} (GEM_CONFIG or --config) is empty"
+    )
 
 
 def test_a_gdpa_pffn_without_interleaving_is_refused():
     """Without interleaving the pyramid gets nothing from the non-sequential side to personalise with."""
-    _refused({"model": {"experimental": {"pffn": "gdpa"}}},
-             "model.experimental.pffn='gdpa' personalises the events from the non-sequential side")
+    _refused(
+        {"model": {"experimental": {"pffn": "gdpa"}}},
+        "model.experimental.pffn='gdpa' personalises the events from the non-sequential side",
+    )
     cfg = GemConfig.from_dict({"model": {"experimental": {"interleave": True, "pffn": "gdpa"}}})
     assert cfg.model.experimental.interleave and cfg.model.experimental.pffn == "gdpa"
 
 
-@pytest.mark.parametrize("experimental, pyramid, message", [
-    ({"comp_skip": True}, [64, 16], "model.experimental.comp_skip needs model.experimental.seed_pooling=true"),
-    ({"comp_skip": True, "seed_pooling": True}, [64],
-     "model.experimental.comp_skip needs at least 2 pyramid layers, got model.sequence.pyramid=[64]"),
-    ({"wukong_experts": 3}, [64, 16], "model.wukong.n_fm=8 must be divisible by model.experimental.wukong_experts=3"),
-])
+@pytest.mark.parametrize(
+    "experimental, pyramid, message",
+    [
+        ({"comp_skip": True}, [64, 16], "model.experimental.comp_skip needs model.experimental.seed_pooling=true"),
+        (
+            {"comp_skip": True, "seed_pooling": True},
+            [64],
+            "model.experimental.comp_skip needs at least 2 pyramid layers, got model.sequence.pyramid=[64]",
+        ),
+        (
+            {"wukong_experts": 3},
+            [64, 16],
+            "model.wukong.n_fm=8 must be divisible by model.experimental.wukong_experts=3",
+        ),
+    ],
+)
 def test_research_options_that_need_each_other_are_refused_naming_both(experimental, pyramid, message):
     _refused({"model": {"experimental": experimental, "sequence": {"pyramid": pyramid}}}, message)
 
 
-@pytest.mark.parametrize("where, key", [
-    ("model.sequence", "candidate_token"), ("model.sequence", "keep_by"), ("model.sequence", "dropout"),
-    ("model.sequence", "summary_mean"), ("model.sequence", "causal"), ("model.wukong", "attentive"),
-    ("model", "tasks"), ("train", "sparse_weight_decay"), ("train", "dense_weight_decay"),
-    # Moved to model.experimental.
-    ("model", "interleave"), ("model.sequence", "window"), ("model.sequence", "activation"),
-    ("model.sequence", "summary"), ("model.wukong", "n_experts"),
-])
+@pytest.mark.parametrize(
+    "where, key",
+    [
+        ("model.sequence", "candidate_token"),
+        ("model.sequence", "keep_by"),
+        ("model.sequence", "dropout"),
+        ("model.sequence", "summary_mean"),
+        ("model.sequence", "causal"),
+        ("model.wukong", "attentive"),
+        ("model", "tasks"),
+        ("train", "sparse_weight_decay"),
+        ("train", "dense_weight_decay"),
+        # Moved to model.experimental.
+        ("model", "interleave"),
+        ("model.sequence", "window"),
+        ("model.sequence", "activation"),
+        ("model.sequence", "summary"),
+        ("model.wukong", "n_experts"),
+    ],
+)
 def test_removed_and_moved_settings_are_unknown_keys(where, key):
     """Tries that lost went with their code, and the research options live in model.experimental alone."""
     overrides: dict = {key: 1}

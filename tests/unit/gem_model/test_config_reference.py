@@ -39,9 +39,11 @@ def test_every_key_of_the_config_is_in_the_reference_with_a_description():
 def test_the_reference_shows_what_the_validator_enforces():
     doc = DOC.read_text()
     assert "| `train.epochs` | integer | [1, 10000] | `3` |" in doc
-    assert ("| `model.experimental.attention_activation` | string | one of `softmax`, `silu`, `gelu`, `relu2`, "
-            "`identity` | `\"softmax\"` |") in doc
-    assert "| `features.features[].encoding` | string | one of `hash`, `modulo` | `\"hash\"` |" in doc
+    assert (
+        "| `model.experimental.attention_activation` | string | one of `softmax`, `silu`, `gelu`, `relu2`, "
+        '`identity` | `"softmax"` |'
+    ) in doc
+    assert '| `features.features[].encoding` | string | one of `hash`, `modulo` | `"hash"` |' in doc
     assert "| `train.batch_size` | `256` | `512` | `2048` |" in doc  # a column per preset
 
 
@@ -63,6 +65,9 @@ def test_a_field_without_a_description_is_refused_naming_the_key():
         undocumented: int = 2
 
     assert field_descriptions(Section) == {"documented": "A documented field."}
-    with pytest.raises(ValueError, match=r"config key demo.undocumented has no description: write a docstring under "
-                                         r"Section.undocumented"):
+    with pytest.raises(
+        ValueError,
+        match=r"config key demo.undocumented has no description: write a docstring under "
+        r"Section.undocumented",
+    ):
         describe_field(Section, "undocumented", "demo.undocumented")

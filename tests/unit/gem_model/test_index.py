@@ -22,7 +22,8 @@ def _unit(rng, n, d):
 def _clustered(rng, centers, n):
     """Unit vectors scattered around `centers`, like embeddings of users or ads that share features."""
     x = centers[rng.integers(len(centers), size=n)] + 1.2 * rng.standard_normal((n, centers.shape[1])) / np.sqrt(
-        centers.shape[1])
+        centers.shape[1]
+    )
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -61,12 +62,15 @@ def test_flat_index_returns_table_ids_and_exact_top_k():
     assert recall_at_k(index, vectors, ids, queries, 10) == 1.0
 
 
-@pytest.mark.parametrize(("factory", "params", "low", "high"), [
-    ("Flat", {}, 1.0, 1.0),
-    ("IVF64,Flat", {"nprobe": 16}, 0.95, 1.0),
-    ("HNSW16,Flat", {"hnsw_ef_search": 64}, 0.97, 1.0),
-    ("IVF64,PQ4", {"nprobe": 16}, 0.3, 0.8),  # 4 bytes a 16-d vector: measured, and lower
-])
+@pytest.mark.parametrize(
+    ("factory", "params", "low", "high"),
+    [
+        ("Flat", {}, 1.0, 1.0),
+        ("IVF64,Flat", {"nprobe": 16}, 0.95, 1.0),
+        ("HNSW16,Flat", {"hnsw_ef_search": 64}, 0.97, 1.0),
+        ("IVF64,PQ4", {"nprobe": 16}, 0.3, 0.8),  # 4 bytes a 16-d vector: measured, and lower
+    ],
+)
 def test_each_family_returns_table_ids_with_measured_recall(table, factory, params, low, high):
     vectors, ids, queries = table
     index = build_index(vectors, ids, IndexConfig(factory=factory, exact_below=0, **params))
@@ -82,8 +86,17 @@ def test_each_family_returns_table_ids_with_measured_recall(table, factory, para
 
 def test_ivf_recall_grows_with_nprobe(table):
     vectors, ids, queries = table
-    recalls = [_exact_overlap(build_index(vectors, ids, IndexConfig(factory="IVF64,Flat", exact_below=0, nprobe=p))
-                              .search(queries, 10)[1], vectors, ids, queries) for p in (1, 64)]
+    recalls = [
+        _exact_overlap(
+            build_index(vectors, ids, IndexConfig(factory="IVF64,Flat", exact_below=0, nprobe=p)).search(queries, 10)[
+                1
+            ],
+            vectors,
+            ids,
+            queries,
+        )
+        for p in (1, 64)
+    ]
     assert recalls[0] < 0.8 and recalls[1] == 1.0  # nprobe = nlist scans every list: exact
 
 
@@ -106,8 +119,9 @@ def test_publish_writes_manifest_and_replaces_atomically(tmp_path):
 
     builds = []
     for _ in range(3):  # each publish is a new build; CURRENT moves to it, the one before is kept
-        manifest = publish_index(vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1", DAY,
-                                 "gold.ad_embeddings")
+        manifest = publish_index(
+            vectors, ids, queries, directory, IndexConfig(exact_below=100), "v1", DAY, "gold.ad_embeddings"
+        )
         builds.append(current_build(directory))
     index, read_back = read_index(directory)
     assert index.ntotal == 500 == read_back["row_count"] == manifest["row_count"]
@@ -124,8 +138,16 @@ def test_indexes_of_two_days_do_not_share_files(tmp_path):
     paths = GemPaths(tmp_path)
     for n, day in ((100, DAY), (120, DAY + timedelta(days=1))):
         vectors, queries = _unit(rng, n, 8), _unit(rng, 10, 8)
-        publish_index(vectors, np.arange(n, dtype=np.int64), queries, paths.index_dir("ads", "v1", day),
-                      IndexConfig(), "v1", day, "gold.ad_embeddings")
+        publish_index(
+            vectors,
+            np.arange(n, dtype=np.int64),
+            queries,
+            paths.index_dir("ads", "v1", day),
+            IndexConfig(),
+            "v1",
+            day,
+            "gold.ad_embeddings",
+        )
     for n, day in ((100, DAY), (120, DAY + timedelta(days=1))):
         index, manifest = read_index(paths.index_dir("ads", "v1", day))
         assert index.ntotal == n == manifest["row_count"] and manifest["ds"] == day.isoformat()
@@ -135,8 +157,16 @@ def test_indexes_of_two_days_do_not_share_files(tmp_path):
 def published(tmp_path) -> Path:
     rng = np.random.default_rng(3)
     directory = GemPaths(tmp_path).index_dir("ads", "v1", DAY)
-    publish_index(_unit(rng, 300, 8), np.arange(300, dtype=np.int64), _unit(rng, 10, 8), directory, IndexConfig(),
-                  "v1", DAY, "gold.ad_embeddings")
+    publish_index(
+        _unit(rng, 300, 8),
+        np.arange(300, dtype=np.int64),
+        _unit(rng, 10, 8),
+        directory,
+        IndexConfig(),
+        "v1",
+        DAY,
+        "gold.ad_embeddings",
+    )
     return directory
 
 
@@ -145,8 +175,11 @@ def test_an_overwritten_index_file_is_refused_naming_it_and_the_fix(published):
     with path.open("r+b") as fh:  # 4 KB overwritten in place: same size, different bytes
         fh.seek(path.stat().st_size // 2)
         fh.write(os.urandom(4096))
-    with pytest.raises(CorruptArtefactError, match=r"index\.faiss is corrupt: sha256 .* gem export --ds 2026-11-06 "
-                                                   r"--model-version v1"):
+    with pytest.raises(
+        CorruptArtefactError,
+        match=r"index\.faiss is corrupt: sha256 .* gem export --ds 2026-11-06 "
+        r"--model-version v1",
+    ):
         read_index(published)
 
 
@@ -165,11 +198,14 @@ def test_a_truncated_index_or_manifest_is_refused(published):
         read_index(published)
 
 
-@pytest.mark.parametrize(("factory", "params", "trained_on"), [
-    ("IVF64,Flat", {"nprobe": 3, "train_sample": 5_000}, 5_000),  # a sample of the 10k rows
-    ("IVF64,PQ4", {"nprobe": 5}, 10_000),
-    ("HNSW16,Flat", {"hnsw_ef_search": 17}, 0),
-])
+@pytest.mark.parametrize(
+    ("factory", "params", "trained_on"),
+    [
+        ("IVF64,Flat", {"nprobe": 3, "train_sample": 5_000}, 5_000),  # a sample of the 10k rows
+        ("IVF64,PQ4", {"nprobe": 5}, 10_000),
+        ("HNSW16,Flat", {"hnsw_ef_search": 17}, 0),
+    ],
+)
 def test_search_params_survive_publish_and_read(tmp_path, monkeypatch, table, factory, params, trained_on):
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)  # the CPU path, whatever faiss build is installed
     vectors, ids, queries = table
@@ -197,8 +233,9 @@ def test_training_sample_is_seeded(table):
     assert np.array_equal(*centroids)
 
 
-@pytest.mark.parametrize("factory", ["IVF,Flat", "IVF0,Flat", "HNSW", "HNSW32,PQ8", "IVF64,PQ", "PQ16", "LSH",
-                                     "IVF64,Flat,Refine"])
+@pytest.mark.parametrize(
+    "factory", ["IVF,Flat", "IVF0,Flat", "HNSW", "HNSW32,PQ8", "IVF64,PQ", "PQ16", "LSH", "IVF64,Flat,Refine"]
+)
 def test_unsupported_factory_names_the_field_and_the_families(factory):
     with pytest.raises(ValueError, match=r"index\.factory=.*'IVF<nlist>,PQ<m>'.*'HNSW<M>,Flat'"):
         IndexConfig(factory=factory)

@@ -21,11 +21,23 @@ def _write_examples(spark, path, n):
     rows = []
     for i in range(n):
         row = {f.idx_column: i % f.buckets for f in SPEC.features}
-        rows.append(Row(impression_id=f"i{i:04d}", user_id=i, ad_id=i % 7, surface="feed",
-                        ds=date(2026, 11, 1) + timedelta(days=i % 2), ts=datetime(2026, 11, 1),
-                        clicked=i % 3 == 0, converted=i % 9 == 0, seq_item_idx=list(range(i % 4)),
-                        seq_action_idx=[1] * (i % 4), seq_age_idx=[2] * (i % 4), seq_category_idx=[3] * (i % 4),
-                        **row))
+        rows.append(
+            Row(
+                impression_id=f"i{i:04d}",
+                user_id=i,
+                ad_id=i % 7,
+                surface="feed",
+                ds=date(2026, 11, 1) + timedelta(days=i % 2),
+                ts=datetime(2026, 11, 1),
+                clicked=i % 3 == 0,
+                converted=i % 9 == 0,
+                seq_item_idx=list(range(i % 4)),
+                seq_action_idx=[1] * (i % 4),
+                seq_age_idx=[2] * (i % 4),
+                seq_category_idx=[3] * (i % 4),
+                **row,
+            )
+        )
     # Several files per day, so ranks can be given whole files.
     _mapped(spark.createDataFrame(rows).repartition(5).write).partitionBy("ds").save(str(path))
 
@@ -106,8 +118,12 @@ def test_ranks_split_row_groups_into_disjoint_shards_that_cover_every_row(tmp_pa
         ids = pa.table({"user_id": np.arange(f * 40, (f + 1) * 40, dtype=np.int64)})
         pq.write_table(ids, tmp_path / f"part-{f}.parquet", row_group_size=10)
     dataset = pads.dataset(tmp_path, format="parquet")
-    shards = [np.concatenate([t.column("user_id").to_numpy() for t in
-                              scan_rank(dataset, None, rank, 5, ["user_id"], batch_rows=4)]) for rank in range(5)]
+    shards = [
+        np.concatenate(
+            [t.column("user_id").to_numpy() for t in scan_rank(dataset, None, rank, 5, ["user_id"], batch_rows=4)]
+        )
+        for rank in range(5)
+    ]
     assert sorted(len(s) for s in shards) == [20, 20, 20, 30, 30]  # 12 groups over 5 ranks
     assert np.array_equal(np.sort(np.concatenate(shards)), np.arange(120))
     again = np.concatenate([t.column("user_id").to_numpy() for t in scan_rank(dataset, None, 3, 5, ["user_id"], 4)])

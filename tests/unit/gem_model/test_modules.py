@@ -23,18 +23,22 @@ from gem_model.testing.examples import random_examples
 
 CFG = GemConfig()
 SPEC = CFG.features
-ABLATIONS = [{}, {"use_wukong": False}, {"use_sequence": False},
-             # The events without the default's match rows.
-             {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
-             # The research options: interleaving; a sliding window in the lower layers with GDPA's gelu weights;
-             # the PFFN as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without
-             # interleaving (the PFFN personalises only an interleaved pyramid); Wukong experts.
-             {"experimental": ExperimentalConfig(interleave=True)},
-             {"experimental": ExperimentalConfig(attention_window=4, attention_activation="gelu")},
-             {"experimental": ExperimentalConfig(interleave=True, pffn="gdpa", seed_pooling=True)},
-             {"experimental": ExperimentalConfig(interleave=True, seed_pooling=True, comp_skip=True)},
-             {"experimental": ExperimentalConfig(seed_pooling=True, comp_skip=True)},
-             {"experimental": ExperimentalConfig(wukong_experts=2)}]
+ABLATIONS = [
+    {},
+    {"use_wukong": False},
+    {"use_sequence": False},
+    # The events without the default's match rows.
+    {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
+    # The research options: interleaving; a sliding window in the lower layers with GDPA's gelu weights;
+    # the PFFN as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without
+    # interleaving (the PFFN personalises only an interleaved pyramid); Wukong experts.
+    {"experimental": ExperimentalConfig(interleave=True)},
+    {"experimental": ExperimentalConfig(attention_window=4, attention_activation="gelu")},
+    {"experimental": ExperimentalConfig(interleave=True, pffn="gdpa", seed_pooling=True)},
+    {"experimental": ExperimentalConfig(interleave=True, seed_pooling=True, comp_skip=True)},
+    {"experimental": ExperimentalConfig(seed_pooling=True, comp_skip=True)},
+    {"experimental": ExperimentalConfig(wukong_experts=2)},
+]
 EXPERIMENTAL = ExperimentalConfig()
 
 
@@ -131,8 +135,9 @@ def test_wukong_experts_mix_only_their_own_group():
 
 def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
     config = SequenceConfig(dim=8, heads=2, n_cls=2)
-    layer = SequenceLayer(config, ExperimentalConfig(seed_pooling=True, comp_skip=True), keep=3, personalised=False,
-                          attends=False)
+    layer = SequenceLayer(
+        config, ExperimentalConfig(seed_pooling=True, comp_skip=True), keep=3, personalised=False, attends=False
+    )
     cls = torch.randn(2, 2, 8)
     level = torch.randn(9, 8)
     tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
@@ -195,7 +200,7 @@ def test_a_rows_prediction_does_not_depend_on_the_rest_of_the_batch(ablation):
     assert torch.equal(model.logits(features_to_kjt(table, SPEC)), together)  # scoring's path, towers skipped
     for i in range(6):
         alone = model.logits(features_to_kjt(table.slice(i, 1), SPEC))
-        assert torch.allclose(alone, together[i:i + 1], atol=1e-5), i
+        assert torch.allclose(alone, together[i : i + 1], atol=1e-5), i
 
 
 def test_logistic_regression_adds_one_learned_number_per_feature_id():
@@ -204,18 +209,17 @@ def test_logistic_regression_adds_one_learned_number_per_feature_id():
     torch.manual_seed(0)
     model = GemModel(SPEC, dataclasses.replace(CFG.model, architecture="lr")).eval()
     table = _batch(2, seed=5, max_len=30)
-    swapped = table.set_column(table.schema.get_field_index("ad_id_idx"), "ad_id_idx",
-                               pa.array([7, 7], pa.int64()))
+    swapped = table.set_column(table.schema.get_field_index("ad_id_idx"), "ad_id_idx", pa.array([7, 7], pa.int64()))
     moved = [model.logits(features_to_kjt(t, SPEC)) for t in (table, swapped)]
     original = table.column("ad_id_idx").to_pylist()
     assert original[0] != original[1]
     delta = moved[1] - moved[0]  # rows differ in every other feature and in their sequences
     for row in (0, 1):
-        same_id = table.set_column(table.schema.get_field_index("ad_id_idx"), "ad_id_idx",
-                                   pa.array([original[row]] * 2, pa.int64()))
+        same_id = table.set_column(
+            table.schema.get_field_index("ad_id_idx"), "ad_id_idx", pa.array([original[row]] * 2, pa.int64())
+        )
         base = model.logits(features_to_kjt(same_id, SPEC))
-        assert torch.allclose(model.logits(features_to_kjt(swapped, SPEC)) - base,
-                              delta[row].expand(2, -1), atol=1e-5)
+        assert torch.allclose(model.logits(features_to_kjt(swapped, SPEC)) - base, delta[row].expand(2, -1), atol=1e-5)
 
 
 def test_surface_heads_keep_a_correction_per_surface():
@@ -237,15 +241,18 @@ def test_ranking_needs_the_surface_but_embeddings_do_not():
     assert model.user_embedding(features_to_kjt(users, SPEC)).shape == (4, CFG.model.repr_dim)
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"architecture": "xgboost"}, "model.architecture"),
-    ({"sequence": {"pyramid": []}}, "pyramid"),
-    ({"experimental": {"attention_activation": "relu"}}, "attention_activation"),
-    ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
-    ({"experimental": {"comp_skip": True}}, r"comp_skip needs model.experimental.seed_pooling=true"),
-    ({"experimental": {"pffn": "dense"}}, "model.experimental.pffn"),
-    ({"experimental": {"wukong_experts": 3}}, "model.wukong.n_fm=8 must be divisible by"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"architecture": "xgboost"}, "model.architecture"),
+        ({"sequence": {"pyramid": []}}, "pyramid"),
+        ({"experimental": {"attention_activation": "relu"}}, "attention_activation"),
+        ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
+        ({"experimental": {"comp_skip": True}}, r"comp_skip needs model.experimental.seed_pooling=true"),
+        ({"experimental": {"pffn": "dense"}}, "model.experimental.pffn"),
+        ({"experimental": {"wukong_experts": 3}}, "model.wukong.n_fm=8 must be divisible by"),
+    ],
+)
 def test_model_config_errors_name_the_field(bad, match):
     with pytest.raises(ValueError, match=match):
         GemConfig.from_dict({"model": bad})

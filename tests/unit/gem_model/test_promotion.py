@@ -60,13 +60,17 @@ def test_a_model_failing_its_holdout_check_is_not_promoted_nor_exported(pipeline
     promoted = lake.latest_model_version()
     untrained = _lake_with_seed(lake, tmp_path, seed=1)
     version = _version(untrained, spark)
-    defs = build_definitions(lake=untrained,
-                             launcher=UntrainedModelLauncher(source=str(lake.paths.model_dir(promoted))))
+    defs = build_definitions(
+        lake=untrained, launcher=UntrainedModelLauncher(source=str(lake.paths.model_dir(promoted)))
+    )
     try:
         result = defs.resolve_job_def("train_teacher_job").execute_in_process(instance=instance, raise_on_error=False)
         assert not result.success  # the blocking check fails the step
-        checks = [e.event_specific_data for e in result.all_events
-                  if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+        checks = [
+            e.event_specific_data
+            for e in result.all_events
+            if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ]
         assert [(c.check_name, c.passed) for c in checks] == [("holdout_metrics", False)]
         assert "ctr/auc 0.4900 is below the floor 0.55 on " in checks[0].description
         assert checks[0].metadata["ctr/auc"].value == 0.49 and checks[0].metadata["promoted"].value is False
@@ -78,8 +82,9 @@ def test_a_model_failing_its_holdout_check_is_not_promoted_nor_exported(pipeline
         assert [d["problems"] for d in read_decisions(lake.paths, version)] == [recorded["problems"]]
         assert lake.latest_model_version() == promoted  # LATEST, the sensor's trigger and every default, stays
         sensor = defs.get_repository_def().get_sensor_def("teacher_model_sensor")
-        tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs,
-                                                            resources={"lake": untrained}))
+        tick = sensor.evaluate_tick(
+            dg.build_sensor_context(instance=instance, definitions=defs, resources={"lake": untrained})
+        )
         assert tick.run_requests == []  # the promoted version is exported already; the untrained one never is
         with pytest.raises(PromotionRefusedError, match="ctr/auc 0.4900 is below the floor"):
             promote(lake.paths, version, RULE, "test")
@@ -157,8 +162,11 @@ def test_a_model_worse_than_the_promoted_one_beyond_the_tolerance_is_refused(pat
     promote(paths, "gem-old", RULE, "test")
     before = _latest_bytes(paths)
     write_model(paths, "gem-worse", ctr_auc=0.735, clicks=20000, rows=200000)
-    with pytest.raises(PromotionRefusedError, match=r"ctr/auc 0.7350 is 0.0150 below the promoted gem-old's 0.7500 "
-                                                    r"on the same holdout \(tolerance 0.01\)"):
+    with pytest.raises(
+        PromotionRefusedError,
+        match=r"ctr/auc 0.7350 is 0.0150 below the promoted gem-old's 0.7500 "
+        r"on the same holdout \(tolerance 0.01\)",
+    ):
         promote(paths, "gem-worse", RULE, "test")
     assert _latest_bytes(paths) == before
     write_model(paths, "gem-level", ctr_auc=0.745, clicks=20000, rows=200000)  # within the tolerance
@@ -176,8 +184,12 @@ def test_a_better_model_is_promoted_and_the_comparison_recorded_with_it(paths):
     assert record["incumbent"] == "gem-old"
     assert record["incumbent_metrics"] == {"ctr/auc": 0.75, "ctr/ne": 0.95, "cvr/auc": 0.6, "cvr/ne": 0.97}
     assert record["deltas"]["ctr/auc"] == pytest.approx(0.01) and record["deltas"]["ctr/ne"] == 0.0
-    assert record["rule"] == {"min_auc": 0.55, "floor_min_class_rows": 300, "max_auc_regression": 0.01,
-                              "compare_min_class_rows": 2000}
+    assert record["rule"] == {
+        "min_auc": 0.55,
+        "floor_min_class_rows": 300,
+        "max_auc_regression": 0.01,
+        "compare_min_class_rows": 2000,
+    }
     assert "cvr: comparison not judged on 40 holdout conversions (needs 2000)" in record["notes"]
 
 
@@ -198,21 +210,25 @@ def test_a_rollback_past_a_better_model_needs_force_and_a_reason_both_recorded(p
     before = _latest_bytes(paths)
     with pytest.raises(SystemExit) as refused:
         main(["promote", "gem-old"])
-    assert str(refused.value).startswith("gem promote: model version gem-old is not promoted: ctr/auc 0.7400 is "
-                                         "0.0200 below the promoted gem-new's 0.7600 on the same holdout")
+    assert str(refused.value).startswith(
+        "gem promote: model version gem-old is not promoted: ctr/auc 0.7400 is "
+        "0.0200 below the promoted gem-new's 0.7600 on the same holdout"
+    )
     assert str(refused.value).endswith("gem promote VERSION --force --reason TEXT")
     assert _latest_bytes(paths) == before
     with pytest.raises(SystemExit) as no_reason:
         main(["promote", "gem-old", "--force"])
     assert no_reason.value.code == 2 and capsys.readouterr().err.startswith(
-        "gem promote: error: argument --reason: --force and a non-empty --reason go together")
+        "gem promote: error: argument --reason: --force and a non-empty --reason go together"
+    )
     assert _latest_bytes(paths) == before
     main(["promote", "gem-old", "--force", "--reason", "serving regression in gem-new"])
     assert paths.latest_model_version() == "gem-old"
     record = read_decisions(paths, "gem-old")[-1]
     assert record["promoted"] and record["force_reason"] == "serving regression in gem-new"
-    assert record["regressions"] == ["ctr/auc 0.7400 is 0.0200 below the promoted gem-new's 0.7600 on the same "
-                                     "holdout (tolerance 0.01)"]
+    assert record["regressions"] == [
+        "ctr/auc 0.7400 is 0.0200 below the promoted gem-new's 0.7600 on the same holdout (tolerance 0.01)"
+    ]
 
 
 def test_force_never_waives_the_models_own_check_or_the_floor(paths):
@@ -224,8 +240,9 @@ def test_force_never_waives_the_models_own_check_or_the_floor(paths):
     assert paths.latest_model_version() == "gem-good"
 
 
-@pytest.mark.parametrize("version", ["../models/gem-good", "gem-good/", "/tmp/gem-good", "..", "gem-good\\x",
-                                     "gem-good\n", "gem-unknown"])
+@pytest.mark.parametrize(
+    "version", ["../models/gem-good", "gem-good/", "/tmp/gem-good", "..", "gem-good\\x", "gem-good\n", "gem-unknown"]
+)
 def test_a_version_that_is_not_a_known_plain_name_is_refused_and_latest_is_unchanged(paths, capsys, version):
     write_model(paths, "gem-good", ctr_auc=0.62)
     write_model(paths, "gem-other", ctr_auc=0.63)
@@ -258,10 +275,13 @@ def test_latest_refuses_a_name_that_is_not_plain(paths):
 def test_the_rule_is_configured_in_the_typed_config_without_renaming_teachers():
     strict = GemConfig.from_dict({"promotion": {"min_auc": 0.7}})
     assert strict.fingerprint == GemConfig().fingerprint  # which version is served, not what it learns
-    manifest = {"model_version": "m", "metrics": {"ctr/rows": 6000, "ctr/positives": 450, "ctr/auc": 0.65,
-                                                  "ctr/ne": 0.9}}
+    manifest = {
+        "model_version": "m",
+        "metrics": {"ctr/rows": 6000, "ctr/positives": 450, "ctr/auc": 0.65, "ctr/ne": 0.9},
+    }
     assert judge(manifest, RULE).promoted and not judge(manifest, strict.promotion).promoted
     with pytest.raises(ConfigError, match=r"promotion.min_auc=0.4: must be a number in \[0.5, 1\]"):
         GemConfig.from_dict({"promotion": {"min_auc": 0.4}})
     assert judge({"model_version": "m", "metrics": {"ctr/rows": 10, "ctr/positives": 0}}, RULE).problems == (
-        "ctr: the holdout needs clicks and non-clicks",)
+        "ctr: the holdout needs clicks and non-clicks",
+    )

@@ -35,16 +35,21 @@ def _worker(rank: int, port: int, root: Path) -> None:
     for step in range(3):  # train a little so the tables are not at their initial values
         table = random_examples(CFG.features, 32, seed=10 * step + rank, max_len=60)
         n = table.num_rows
-        loss, _ = dmp(features_to_kjt(table, CFG.features), torch.ones(n) * (step % 2), torch.zeros(n),
-                      torch.ones(n, dtype=torch.bool))
+        loss, _ = dmp(
+            features_to_kjt(table, CFG.features),
+            torch.ones(n) * (step % 2),
+            torch.zeros(n),
+            torch.ones(n, dtype=torch.bool),
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     dmp.eval()
     table = random_examples(CFG.features, 32, seed=100 + rank, max_len=60)
     with torch.no_grad():
-        _, out = dmp(features_to_kjt(table, CFG.features), torch.zeros(32), torch.zeros(32),
-                     torch.ones(32, dtype=torch.bool))
+        _, out = dmp(
+            features_to_kjt(table, CFG.features), torch.zeros(32), torch.zeros(32), torch.ones(32, dtype=torch.bool)
+        )
     torch.save({"logits": out.logits, "user": out.user_embedding}, root / f"rank{rank}.pt")
     save_checkpoint(dmp, root / "checkpoint")
     torch.save(_sharding_types(dmp), root / "plan.pt")

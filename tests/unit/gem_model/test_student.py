@@ -35,9 +35,11 @@ SURFACES = ("feed", "reels")
 DRIFT = np.where(np.arange(N_ADS) % 2 == 0, 0.8, -0.8)
 TRAIN_DAY, EVAL_DAY = date(2026, 11, 3), date(2026, 11, 4)
 TEACHER = "teacher-v1"
-OVERRIDES = {"world": {"n_days": 4, "holdout_days": 2}, "model": {"repr_dim": REPR_DIM},
-             "student": {"features": ["user_id", "ad_id", "advertiser_id"], "adapter_features": ["ad_id"],
-                         "epochs": 3}}
+OVERRIDES = {
+    "world": {"n_days": 4, "holdout_days": 2},
+    "model": {"repr_dim": REPR_DIM},
+    "student": {"features": ["user_id", "ad_id", "advertiser_id"], "adapter_features": ["ad_id"], "epochs": 3},
+}
 CFG = GemConfig.from_dict(OVERRIDES)
 
 
@@ -65,13 +67,24 @@ def impressions(day: date, n: int, seed: int) -> pa.Table:
     p_click, p_cvr = sigmoid(base + DRIFT[ad]), sigmoid(cvr_logit)
     clicked = rng.random(n) < p_click
     converted = clicked & (rng.random(n) < p_cvr)
-    return pa.table({
-        "impression_id": [f"imp-{day}-{i:06d}" for i in range(n)], "user_id": user, "ad_id": ad,
-        "surface": surface, "ds": pa.array([day] * n, pa.date32()), "clicked": clicked, "converted": converted,
-        "p_click": p_click, "p_convert": p_click * p_cvr,
-        "user_id_idx": user + 1, "ad_id_idx": ad + 1, "advertiser_id_idx": ad // 4 + 1,
-        "ctr_logit": base.astype(np.float32), "cvr_logit": cvr_logit.astype(np.float32),
-    })
+    return pa.table(
+        {
+            "impression_id": [f"imp-{day}-{i:06d}" for i in range(n)],
+            "user_id": user,
+            "ad_id": ad,
+            "surface": surface,
+            "ds": pa.array([day] * n, pa.date32()),
+            "clicked": clicked,
+            "converted": converted,
+            "p_click": p_click,
+            "p_convert": p_click * p_cvr,
+            "user_id_idx": user + 1,
+            "ad_id_idx": ad + 1,
+            "advertiser_id_idx": ad // 4 + 1,
+            "ctr_logit": base.astype(np.float32),
+            "cvr_logit": cvr_logit.astype(np.float32),
+        }
+    )
 
 
 def codes(ids: np.ndarray) -> np.ndarray:
@@ -82,6 +95,7 @@ def codes(ids: np.ndarray) -> np.ndarray:
 
 
 # --- losses -------------------------------------------------------------------------------------
+
 
 def test_label_loss_is_esmm_bce_by_hand():
     logits = torch.tensor([[0.0, 0.0]])
@@ -106,6 +120,7 @@ def test_distillation_loss_by_hand_and_stationary_at_the_target():
 
 # --- the adapter ---------------------------------------------------------------------------------
 
+
 def test_adapter_recovers_the_stale_teachers_per_ad_offset():
     table = impressions(TRAIN_DAY, 20_000, seed=1)
     adapter = StudentAdapter(SURFACES, {"ad_id": N_ADS + 1})
@@ -122,9 +137,11 @@ def test_adapter_recovers_the_stale_teachers_per_ad_offset():
     # On fresh labels of the same day, the adapted teacher is within 0.003 of the truth's log loss.
     fresh = impressions(TRAIN_DAY, 20_000, seed=2)
     labels = fresh.column("clicked").to_numpy()
-    adapted = adapter.adapt(fresh.column("ctr_logit").to_numpy(),
-                            fresh.column("surface").to_numpy(zero_copy_only=False),
-                            fresh.column("ad_id_idx").to_numpy().reshape(-1, 1))
+    adapted = adapter.adapt(
+        fresh.column("ctr_logit").to_numpy(),
+        fresh.column("surface").to_numpy(zero_copy_only=False),
+        fresh.column("ad_id_idx").to_numpy().reshape(-1, 1),
+    )
     truth = log_loss(labels, fresh.column("p_click").to_numpy())
     assert log_loss(labels, sigmoid(adapted)) < truth + 0.003
     assert log_loss(labels, sigmoid(fresh.column("ctr_logit").to_numpy())) > truth + 0.02
@@ -138,8 +155,16 @@ def test_adapter_prior_is_loose_for_a_drifted_teacher_and_tight_for_an_exact_one
     exact = stale + DRIFT[table.column("ad_id").to_numpy()]  # the truth: nothing left to correct
     chosen = {}
     for name, teacher in (("stale", stale), ("exact", exact)):
-        _, fit = fit_adapter_with_prior_choice(lambda: StudentAdapter(SURFACES, {"ad_id": N_ADS + 1}), teacher,
-                                               surface, ids, clicked, (0.05, 0.1, 0.5, 1.0), 0.2, seed=0)
+        _, fit = fit_adapter_with_prior_choice(
+            lambda: StudentAdapter(SURFACES, {"ad_id": N_ADS + 1}),
+            teacher,
+            surface,
+            ids,
+            clicked,
+            (0.05, 0.1, 0.5, 1.0),
+            0.2,
+            seed=0,
+        )
         chosen[name] = fit["prior_sd"]
         assert set(fit["holdout_log_loss"]) == {"0.05", "0.1", "0.5", "1.0"}
     assert chosen["stale"] >= 0.5 and chosen["exact"] <= 0.1
@@ -152,6 +177,7 @@ def test_adapter_rejects_a_surface_it_was_not_built_for():
 
 
 # --- students ------------------------------------------------------------------------------------
+
 
 def student_data(n_per_day: int = 5000) -> StudentData:
     table = pa.concat_tables([impressions(TRAIN_DAY, n_per_day, seed=3), impressions(EVAL_DAY, n_per_day, seed=4)])
@@ -185,33 +211,58 @@ def test_adapter_targets_beat_the_stale_teachers_and_embeddings_carry_its_knowle
 
 # --- the job on Delta tables ---------------------------------------------------------------------
 
-def write_lake(home: Path, repr_dim: int = REPR_DIM, drop_logits: int = 0,
-               days: tuple[date, ...] = (TRAIN_DAY, EVAL_DAY)) -> GemPaths:
+
+def write_lake(
+    home: Path, repr_dim: int = REPR_DIM, drop_logits: int = 0, days: tuple[date, ...] = (TRAIN_DAY, EVAL_DAY)
+) -> GemPaths:
     """gold.training_examples, the teacher's exports and its manifest, as the pipeline would leave them."""
     paths = GemPaths(home)
     examples = pa.concat_tables([impressions(d, 3000, seed=10 + i) for i, d in enumerate((TRAIN_DAY, EVAL_DAY))])
-    write_deltalake(str(paths.table("gold.training_examples")), examples.drop_columns(["ctr_logit", "cvr_logit"]),
-                    partition_by=["ds"])
+    write_deltalake(
+        str(paths.table("gold.training_examples")),
+        examples.drop_columns(["ctr_logit", "cvr_logit"]),
+        partition_by=["ds"],
+    )
     scored = examples.filter(pa.array(np.isin(examples.column("ds").to_numpy(), np.array(days, "datetime64[D]"))))
     scored = scored.slice(drop_logits)
     logits = scored.select(["impression_id", "user_id", "ad_id", "surface", "ds", "ctr_logit", "cvr_logit"])
-    write_deltalake(str(paths.table("gold.teacher_logits")),
-                    logits.append_column("model_version", pa.array([TEACHER] * logits.num_rows)),
-                    partition_by=["model_version", "ds"])
+    write_deltalake(
+        str(paths.table("gold.teacher_logits")),
+        logits.append_column("model_version", pa.array([TEACHER] * logits.num_rows)),
+        partition_by=["model_version", "ds"],
+    )
     for table, column, n in (("gold.user_embeddings", "user_id", N_USERS), ("gold.ad_embeddings", "ad_id", N_ADS)):
         ids = np.arange(n)
         vectors = np.zeros((n, repr_dim), np.float32)
         vectors[:, :REPR_DIM] = codes(ids)[:, :repr_dim]
         for d in days:
-            write_deltalake(str(paths.table(table)), pa.table({
-                column: ids, "model_version": [TEACHER] * n, "ds": pa.array([d] * n, pa.date32()),
-                "embedding": pa.array(list(vectors), pa.list_(pa.float32()))}),
-                partition_by=["model_version", "ds"], mode="append")
+            write_deltalake(
+                str(paths.table(table)),
+                pa.table(
+                    {
+                        column: ids,
+                        "model_version": [TEACHER] * n,
+                        "ds": pa.array([d] * n, pa.date32()),
+                        "embedding": pa.array(list(vectors), pa.list_(pa.float32())),
+                    }
+                ),
+                partition_by=["model_version", "ds"],
+                mode="append",
+            )
     model_dir = paths.model_dir(TEACHER)
     model_dir.mkdir(parents=True)
-    (model_dir / "manifest.json").write_text(json.dumps({
-        "model_version": TEACHER, "config": CFG.to_dict(),
-        "training_data": {"train_days": ["2026-11-01", "2026-11-02"], "holdout_days": ["2026-11-03", "2026-11-04"]}}))
+    (model_dir / "manifest.json").write_text(
+        json.dumps(
+            {
+                "model_version": TEACHER,
+                "config": CFG.to_dict(),
+                "training_data": {
+                    "train_days": ["2026-11-01", "2026-11-02"],
+                    "holdout_days": ["2026-11-03", "2026-11-04"],
+                },
+            }
+        )
+    )
     paths.set_latest_model_version(TEACHER)
     return paths
 
@@ -233,8 +284,9 @@ def test_data_joins_every_impression_to_its_logit_and_embeddings(lake):
     assert list(ids[:2]) == ["imp-2026-11-03-000000", "imp-2026-11-03-000001"]  # sorted by (ds, impression_id)
     users, ads = data.column("user_id"), data.column("ad_id")
     np.testing.assert_array_equal(data.user_embedding, codes(users))
-    np.testing.assert_array_equal(embedding_inputs(data.user_embedding, data.ad_embedding)[:, -1],
-                                  (users % 5 == ads % 5).astype(np.float32))
+    np.testing.assert_array_equal(
+        embedding_inputs(data.user_embedding, data.ad_embedding)[:, -1], (users % 5 == ads % 5).astype(np.float32)
+    )
 
 
 def test_missing_model_version_names_the_known_ones(lake):
@@ -246,22 +298,31 @@ def test_missing_model_version_names_the_known_ones(lake):
 
 def test_missing_logit_partition_names_the_version_the_day_and_the_fix(tmp_path):
     paths = write_lake(tmp_path / "gem", days=(TRAIN_DAY,))
-    with pytest.raises(ValueError, match=r"gold.teacher_logits for model_version='teacher-v1' has no rows for "
-                                         r"ds=\['2026-11-04'\]; materialise export_job for those partitions"):
+    with pytest.raises(
+        ValueError,
+        match=r"gold.teacher_logits for model_version='teacher-v1' has no rows for "
+        r"ds=\['2026-11-04'\]; materialise export_job for those partitions",
+    ):
         _read(paths)
 
 
 def test_impressions_without_a_teacher_logit_are_an_error_not_dropped(tmp_path):
     paths = write_lake(tmp_path / "gem", drop_logits=3)
-    with pytest.raises(ValueError, match=r"3 impressions of gold.training_examples have no gold.teacher_logits row "
-                                         r"for model_version='teacher-v1' \(per day: \{'2026-11-03': 3\}"):
+    with pytest.raises(
+        ValueError,
+        match=r"3 impressions of gold.training_examples have no gold.teacher_logits row "
+        r"for model_version='teacher-v1' \(per day: \{'2026-11-03': 3\}",
+    ):
         _read(paths)
 
 
 def test_embedding_dimension_mismatch_names_the_manifest_dimension(tmp_path):
     paths = write_lake(tmp_path / "gem", repr_dim=4)
-    with pytest.raises(ValueError, match=r"gold.user_embeddings embeddings of model_version='teacher-v1', "
-                                         r"ds=2026-11-03 have lengths \[4\], expected \[8\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"gold.user_embeddings embeddings of model_version='teacher-v1', "
+        r"ds=2026-11-03 have lengths \[4\], expected \[8\]",
+    ):
         _read(paths)
 
 
@@ -288,10 +349,17 @@ def test_job_writes_a_manifest_with_finite_metrics_and_a_rerun_replaces_it(lake,
     main(["--model-version", TEACHER, "--config", str(config)])
     directory = lake.student_dir(student_version(CFG, TEACHER))
     first = read_student_manifest(directory)
-    assert first["calendar"] == {"train": ["2026-11-03"], "adapter": ["2026-11-03"], "eval": ["2026-11-04"],
-                                 "embedding_days": {"2026-11-03": "2026-11-03", "2026-11-04": "2026-11-04"}}
-    assert first["teacher"] == {"model_version": TEACHER, "repr_dim": REPR_DIM,
-                                "train_days": ["2026-11-01", "2026-11-02"]}
+    assert first["calendar"] == {
+        "train": ["2026-11-03"],
+        "adapter": ["2026-11-03"],
+        "eval": ["2026-11-04"],
+        "embedding_days": {"2026-11-03": "2026-11-03", "2026-11-04": "2026-11-04"},
+    }
+    assert first["teacher"] == {
+        "model_version": TEACHER,
+        "repr_dim": REPR_DIM,
+        "train_days": ["2026-11-01", "2026-11-02"],
+    }
     for variant in ("labels", "kd", "adapter", "teacher", "teacher_adapted"):
         for surface in ("", "feed/", "reels/"):
             for name in ("ne", "auc"):
@@ -310,8 +378,9 @@ def test_job_writes_a_manifest_with_finite_metrics_and_a_rerun_replaces_it(lake,
     ids = np.stack([data.column(c).astype(np.int64) for c in ("user_id_idx", "ad_id_idx", "advertiser_id_idx")], 1)
     dense = embedding_inputs(data.user_embedding, data.ad_embedding)
     p = sigmoid(load_student(directory, "feed", "adapter").predict(ids, dense)[:, 0])
-    assert log_loss(data.column("clicked"), p) == pytest.approx(second["metrics"]["adapter/feed/ctr/log_loss"],
-                                                                rel=1e-5)
+    assert log_loss(data.column("clicked"), p) == pytest.approx(
+        second["metrics"]["adapter/feed/ctr/log_loss"], rel=1e-5
+    )
     rows = metric_rows(second)
     assert len(rows) == 6 * 3 * 2  # (3 students, teacher, teacher_adapted, oracle) x (all, feed, reels) x tasks
     oracle = next(r for r in rows if r["variant"] == "oracle" and r["surface"] == "all" and r["task"] == "ctr")
@@ -319,6 +388,7 @@ def test_job_writes_a_manifest_with_finite_metrics_and_a_rerun_replaces_it(lake,
 
 
 # --- Dagster ---------------------------------------------------------------------------------------
+
 
 def test_definitions_have_the_student_asset_job_and_contract_check(tmp_path):
     from dagster_project.definitions import build_definitions
@@ -328,7 +398,10 @@ def test_definitions_have_the_student_asset_job_and_contract_check(tmp_path):
     assert "train_students_job" in {j.name for j in repo.get_all_jobs()}
     graph = repo.asset_graph
     assert {k.to_user_string() for k in graph.get(dg.AssetKey("student_models")).parent_keys} >= {
-        "gold/teacher_logits", "gold/user_embeddings", "gold/ad_embeddings"}
+        "gold/teacher_logits",
+        "gold/user_embeddings",
+        "gold/ad_embeddings",
+    }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert {("student_models", "finite_metrics"), ("gold/student_metrics", "contract")} <= checks
 
@@ -362,8 +435,11 @@ def test_asset_materialises_students_and_a_metrics_partition_without_duplicates(
     for _ in range(2):  # the second run replaces the partition
         result = dg.materialize([student_models], resources=resources, instance=instance, partition_key=TEACHER)
         assert result.success
-    metadata = next(m.metadata for m in result.asset_materializations_for_node("student_models")
-                    if m.asset_key == dg.AssetKey("student_models"))
+    metadata = next(
+        m.metadata
+        for m in result.asset_materializations_for_node("student_models")
+        if m.asset_key == dg.AssetKey("student_models")
+    )
     assert metadata["student_version"].value == student_version(lake.config, TEACHER)
     assert metadata["adapter/ctr/ne"].value < metadata["kd/ctr/ne"].value
     table = metadata["ctr_ne_by_surface"].value.splitlines()

@@ -35,8 +35,9 @@ def home(gem_home: Path, monkeypatch: pytest.MonkeyPatch) -> GemPaths:
     published.mkdir(parents=True)
     (published / "CURRENT").write_text("build-1\n")
     stray = date(2026, 10, 31)  # rows, but not a day of the calendar (it starts on world.start_date)
-    examples = pa.table({"ds": pa.array([d for d in [stray, *DAYS] for _ in range(2)], pa.date32()),
-                         "label": [0, 1] * 4})
+    examples = pa.table(
+        {"ds": pa.array([d for d in [stray, *DAYS] for _ in range(2)], pa.date32()), "label": [0, 1] * 4}
+    )
     write_deltalake(str(paths.table("gold.training_examples")), examples, partition_by=["ds"])
 
     def started(*args: object) -> None:
@@ -63,19 +64,29 @@ def _refused(home: GemPaths, capsys: pytest.CaptureFixture[str], argv: list[str]
     return err.rstrip("\n")
 
 
-@pytest.mark.parametrize(("argv", "line"), [
-    (["--k", "0"], "argument --k: '0' is not allowed: give a whole number from 1 to 1,000"),
-    (["--k", "1001"], "argument --k: '1001' is not allowed: give a whole number from 1 to 1,000"),
-    (["--k", "ten"], "argument --k: 'ten' is not allowed: give a whole number from 1 to 1,000"),
-    (["--user-id", "-3"], "argument --user-id: '-3' is not allowed: give a whole number from 0 to "
-                          "9,223,372,036,854,775,807"),
-    (["--ds", "notadate"], "argument --ds: 'notadate' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"),
-    (["--ds", "20261103"], "argument --ds: '20261103' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"),
-    (["--ds", "2026-02-30"], "argument --ds: '2026-02-30' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"),
-    (["--ds", "2026-11-02"], "argument --ds: model gem-a has no ads index for 2026-11-02; its indexes: 2026-11-03"),
-    (["--model-version", "gem-b"], "argument --model-version: model gem-b has no ads index; export a day first: "
-                                   "gem export --ds D"),
-])
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--k", "0"], "argument --k: '0' is not allowed: give a whole number from 1 to 1,000"),
+        (["--k", "1001"], "argument --k: '1001' is not allowed: give a whole number from 1 to 1,000"),
+        (["--k", "ten"], "argument --k: 'ten' is not allowed: give a whole number from 1 to 1,000"),
+        (
+            ["--user-id", "-3"],
+            "argument --user-id: '-3' is not allowed: give a whole number from 0 to 9,223,372,036,854,775,807",
+        ),
+        (["--ds", "notadate"], "argument --ds: 'notadate' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"),
+        (["--ds", "20261103"], "argument --ds: '20261103' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"),
+        (
+            ["--ds", "2026-02-30"],
+            "argument --ds: '2026-02-30' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06",
+        ),
+        (["--ds", "2026-11-02"], "argument --ds: model gem-a has no ads index for 2026-11-02; its indexes: 2026-11-03"),
+        (
+            ["--model-version", "gem-b"],
+            "argument --model-version: model gem-b has no ads index; export a day first: gem export --ds D",
+        ),
+    ],
+)
 def test_neighbors_arguments_are_refused_in_one_line_before_the_search(home, capsys, argv, line):
     argv = ["neighbors", *(["--user-id", "1"] if "--user-id" not in argv else []), *argv]
     assert _refused(home, capsys, argv) == f"gem neighbors: error: {line}"
@@ -84,9 +95,11 @@ def test_neighbors_arguments_are_refused_in_one_line_before_the_search(home, cap
 def test_neighbors_model_version_must_be_a_known_plain_name(home, capsys):
     assert _refused(home, capsys, ["neighbors", "--user-id", "1", "--model-version", "../gem-a"]) == (
         "gem neighbors: error: argument --model-version: '../gem-a' is not a model version name (a plain name such "
-        "as gem-tiny-0123456789-d5: no '/' or '..'); known versions: gem-a, gem-b")
+        "as gem-tiny-0123456789-d5: no '/' or '..'); known versions: gem-a, gem-b"
+    )
     assert _refused(home, capsys, ["neighbors", "--user-id", "1", "--model-version", "gem-c"]).endswith(
-        "'gem-c' is not a model version under " f"{home.models}; known versions: gem-a, gem-b")
+        f"'gem-c' is not a model version under {home.models}; known versions: gem-a, gem-b"
+    )
 
 
 def test_neighbors_valid_arguments_reach_the_search_with_the_newest_indexed_day(home, monkeypatch):
@@ -100,17 +113,21 @@ def test_neighbors_valid_arguments_reach_the_search_with_the_newest_indexed_day(
 def test_export_of_a_day_without_data_names_the_days_that_exist_and_starts_nothing(home, capsys, ds):
     assert _refused(home, capsys, ["export", "--ds", ds]) == (
         f"gem export: error: argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
-        "2026-11-01, 2026-11-02, 2026-11-03")
+        "2026-11-01, 2026-11-02, 2026-11-03"
+    )
 
 
 def test_export_arguments_are_refused_in_one_line(home, capsys):
     assert _refused(home, capsys, ["export", "--ds", "11/03/2026"]) == (
-        "gem export: error: argument --ds: '11/03/2026' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06")
+        "gem export: error: argument --ds: '11/03/2026' is not a day: give an ISO date YYYY-MM-DD, e.g. 2026-11-06"
+    )
     assert _refused(home, capsys, ["export", "--ds", "2026-11-03", "--model-version", "gem-c"]).startswith(
-        "gem export: error: argument --model-version: 'gem-c' is not a model version under ")
+        "gem export: error: argument --model-version: 'gem-c' is not a model version under "
+    )
     (home.models / "LATEST").unlink()
     assert _refused(home, capsys, ["export", "--ds", "2026-11-03"]).startswith(
-        "gem export: error: argument --model-version not given, and no promoted model under ")
+        "gem export: error: argument --model-version not given, and no promoted model under "
+    )
 
 
 def test_export_valid_arguments_reach_the_run(home, monkeypatch):

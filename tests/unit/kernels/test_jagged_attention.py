@@ -75,7 +75,10 @@ def _check_parity(
     actual = _forward_backward(
         # max_seq_len is an upper bound, not the batch maximum: the extra Triton programs must do nothing.
         lambda q, k, v: jagged_attention(q, k, v, offsets, max_seq_len=max(lengths) + 5, kernel=kernel, **common),
-        q, k, v, dout,
+        q,
+        k,
+        v,
+        dout,
     )
     for name, a, e in zip(("out", "dq", "dk", "dv"), actual, expected):
         assert a.dtype == dtype and a.shape == q.shape, name
@@ -104,8 +107,14 @@ def test_parity_random_lengths(
 ) -> None:
     lengths = _lengths(seed=heads * 100 + head_dim, count=6, short_max=40, long=80)
     _check_parity(
-        kernel, lengths, heads=heads, head_dim=head_dim, dtype=torch.float32, device=device,
-        activation=activation, causal=causal,
+        kernel,
+        lengths,
+        heads=heads,
+        head_dim=head_dim,
+        dtype=torch.float32,
+        device=device,
+        activation=activation,
+        causal=causal,
     )
 
 
@@ -116,16 +125,30 @@ def test_parity_random_lengths(
 def test_parity_gdpa_activations(kernel: str, activation: str, causal: bool, device: torch.device) -> None:
     lengths = _lengths(seed=11, count=6, short_max=40, long=80)
     _check_parity(
-        kernel, lengths, heads=2, head_dim=16, dtype=torch.float32, device=device, activation=activation,
-        causal=causal, scale=0.5,
+        kernel,
+        lengths,
+        heads=2,
+        head_dim=16,
+        dtype=torch.float32,
+        device=device,
+        activation=activation,
+        causal=causal,
+        scale=0.5,
     )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("activation", "window", "n_global"),
-    [("softmax", 0, 0), ("softmax", 0, 2), ("softmax", 5, 0), ("softmax", 5, 2), ("softmax", 40, 2),
-     ("gelu", 5, 2), ("gelu", 40, 0)],
+    [
+        ("softmax", 0, 0),
+        ("softmax", 0, 2),
+        ("softmax", 5, 0),
+        ("softmax", 5, 2),
+        ("softmax", 40, 2),
+        ("gelu", 5, 2),
+        ("gelu", 40, 0),
+    ],
 )
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -135,8 +158,16 @@ def test_parity_sliding_window(
     # Windows narrower and wider than a tile, rows shorter and longer than the window, global tokens or none.
     lengths = _lengths(seed=13, count=6, short_max=30, long=100)
     _check_parity(
-        kernel, lengths, heads=2, head_dim=16, dtype=torch.float32, device=device, activation=activation,
-        causal=causal, window=window, n_global=n_global,
+        kernel,
+        lengths,
+        heads=2,
+        head_dim=16,
+        dtype=torch.float32,
+        device=device,
+        activation=activation,
+        causal=causal,
+        window=window,
+        n_global=n_global,
     )
 
 
@@ -164,8 +195,15 @@ def test_parity_long_row(kernel: str, activation: str, causal: bool, device: tor
     long = 300 if kernel == "triton" and device.type == "cpu" else 1000
     lengths = _lengths(seed=7, count=4, short_max=60, long=long)
     _check_parity(
-        kernel, lengths, heads=2, head_dim=32, dtype=torch.float32, device=device,
-        activation=activation, causal=causal, scale=0.3,
+        kernel,
+        lengths,
+        heads=2,
+        head_dim=32,
+        dtype=torch.float32,
+        device=device,
+        activation=activation,
+        causal=causal,
+        scale=0.3,
     )
 
 
@@ -191,8 +229,14 @@ def test_parity_equal_lengths(kernel: str, activation: str, device: torch.device
     # One bucket without padding: the PyTorch path's unmasked branch.
     for causal in (True, False):
         _check_parity(
-            kernel, [24, 24, 24], heads=2, head_dim=16, dtype=torch.float32, device=device,
-            activation=activation, causal=causal,
+            kernel,
+            [24, 24, 24],
+            heads=2,
+            head_dim=16,
+            dtype=torch.float32,
+            device=device,
+            activation=activation,
+            causal=causal,
         )
 
 

@@ -15,8 +15,9 @@ TOLERANCES = {torch.float32: {"atol": 1e-4, "rtol": 1e-4}, torch.float16: {"atol
 KERNELS = ("pytorch", "triton")
 
 
-def _inputs(lengths: list[int], seeds: int, dtype: torch.dtype, device: torch.device, heads: int = 2,
-            head_dim: int = 16) -> tuple[Tensor, ...]:
+def _inputs(
+    lengths: list[int], seeds: int, dtype: torch.dtype, device: torch.device, heads: int = 2, head_dim: int = 16
+) -> tuple[Tensor, ...]:
     g = torch.Generator().manual_seed(len(lengths) * 31 + seeds)
     offsets = torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0).to(device)
     n = int(offsets[-1])
@@ -37,13 +38,19 @@ def _run(fn, q: Tensor, k: Tensor, v: Tensor, dout: Tensor) -> list[Tensor]:
 @pytest.mark.parametrize("seeds", [5, 40])
 @pytest.mark.parametrize("activation", ["softmax", "silu", "gelu"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_parity_with_the_reference(kernel: str, activation: str, seeds: int, dtype: torch.dtype,
-                                   device: torch.device) -> None:
+def test_parity_with_the_reference(
+    kernel: str, activation: str, seeds: int, dtype: torch.dtype, device: torch.device
+) -> None:
     lengths = [0, 7, 1, 70, 0, 23, 16]
     offsets, q, k, v, dout = _inputs(lengths, seeds, dtype, device)
     expected = _run(lambda q, k, v: pt_seed_attention(q, k, v, offsets, activation=activation), q, k, v, dout)
-    actual = _run(lambda q, k, v: seed_attention(q, k, v, offsets, max_seq_len=75, activation=activation,
-                                                 kernel=kernel), q, k, v, dout)
+    actual = _run(
+        lambda q, k, v: seed_attention(q, k, v, offsets, max_seq_len=75, activation=activation, kernel=kernel),
+        q,
+        k,
+        v,
+        dout,
+    )
     for name, a, e in zip(("out", "dq", "dk", "dv"), actual, expected):
         assert a.dtype == dtype and a.shape == e.shape, name
         torch.testing.assert_close(a.float(), e.float(), **TOLERANCES[dtype], msg=lambda m, name=name: f"{name}: {m}")
@@ -61,20 +68,30 @@ def test_one_key_row_returns_its_value_under_softmax(kernel: str, device: torch.
 @pytest.mark.parametrize("lengths", [[], [0, 0]], ids=["no-rows", "all-empty"])
 def test_no_rows_and_all_empty_rows(kernel: str, lengths: list[int], device: torch.device) -> None:
     offsets, q, k, v, dout = _inputs(lengths, 3, torch.float32, device)
-    out, dq, dk, dv = _run(lambda q, k, v: seed_attention(q, k, v, offsets, max_seq_len=0, kernel=kernel),
-                           q, k, v, dout)
+    out, dq, dk, dv = _run(
+        lambda q, k, v: seed_attention(q, k, v, offsets, max_seq_len=0, kernel=kernel), q, k, v, dout
+    )
     assert out.shape == (len(lengths), 3, 2, 16) and not out.any() and not dq.any()
 
 
-@pytest.mark.parametrize(("changes", "match"), [
-    ({"q": torch.randn(4, 2, 8)}, r"q.shape=\(4, 2, 8\) must be \[S, H, Dh\] with k's H and Dh"),
-    ({"v": torch.randn(6, 2, 16)}, r"v.shape=\(6, 2, 16\) must equal k.shape=\(5, 2, 16\)"),
-    ({"offsets": torch.tensor([0, 2, 4])}, r"offsets\[-1\]=4 must equal L=k.shape\[0\]=5"),
-    ({"activation": "tanh"}, r"activation='tanh' is not one of"),
-    ({"max_seq_len": 2}, r"max_seq_len=2 is below the longest row \(3 tokens\)"),
-])
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"q": torch.randn(4, 2, 8)}, r"q.shape=\(4, 2, 8\) must be \[S, H, Dh\] with k's H and Dh"),
+        ({"v": torch.randn(6, 2, 16)}, r"v.shape=\(6, 2, 16\) must equal k.shape=\(5, 2, 16\)"),
+        ({"offsets": torch.tensor([0, 2, 4])}, r"offsets\[-1\]=4 must equal L=k.shape\[0\]=5"),
+        ({"activation": "tanh"}, r"activation='tanh' is not one of"),
+        ({"max_seq_len": 2}, r"max_seq_len=2 is below the longest row \(3 tokens\)"),
+    ],
+)
 def test_validation_names_the_argument(changes: dict, match: str) -> None:
-    args = {"q": torch.randn(4, 2, 16), "k": torch.randn(5, 2, 16), "v": torch.randn(5, 2, 16),
-            "offsets": torch.tensor([0, 2, 5]), "max_seq_len": 3, **changes}
+    args = {
+        "q": torch.randn(4, 2, 16),
+        "k": torch.randn(5, 2, 16),
+        "v": torch.randn(5, 2, 16),
+        "offsets": torch.tensor([0, 2, 5]),
+        "max_seq_len": 3,
+        **changes,
+    }
     with pytest.raises(ValueError, match=match):
         seed_attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("offsets"), **args)

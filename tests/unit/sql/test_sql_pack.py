@@ -60,18 +60,37 @@ def _write(spark, paths: GemPaths, table: str, rows: list[dict], replace_where: 
     writer.partitionBy(*CONTRACT[table].partitioned_by).save(str(paths.table(table)))
 
 
-def _manifest(paths: GemPaths, version: str, created_at: str, architecture: str, data_version: int,
-              train_days: list[date], holdout_days: list[date]) -> None:
+def _manifest(
+    paths: GemPaths,
+    version: str,
+    created_at: str,
+    architecture: str,
+    data_version: int,
+    train_days: list[date],
+    holdout_days: list[date],
+) -> None:
     directory = paths.model_dir(version)
     (directory / "checkpoint").mkdir(parents=True)
-    (directory / "manifest.json").write_text(json.dumps({
-        "model_version": version, "created_at": created_at, "world_size": 2, "train_seconds": 1.5,
-        "config": {"preset": "tiny", "data": {"source": "synthetic"}, "model": {"architecture": architecture}},
-        "training_data": {"table": "gold.training_examples", "path": str(paths.table("gold.training_examples")),
-                          "delta_version": data_version, "train_days": [str(d) for d in train_days],
-                          "holdout_days": [str(d) for d in holdout_days]},
-        "metrics": {"ctr/auc": 0.7, "ctr/ne": 0.9, "cvr/auc": 0.6, "feed/ctr/auc": 0.65},
-    }, indent=2))
+    (directory / "manifest.json").write_text(
+        json.dumps(
+            {
+                "model_version": version,
+                "created_at": created_at,
+                "world_size": 2,
+                "train_seconds": 1.5,
+                "config": {"preset": "tiny", "data": {"source": "synthetic"}, "model": {"architecture": architecture}},
+                "training_data": {
+                    "table": "gold.training_examples",
+                    "path": str(paths.table("gold.training_examples")),
+                    "delta_version": data_version,
+                    "train_days": [str(d) for d in train_days],
+                    "holdout_days": [str(d) for d in holdout_days],
+                },
+                "metrics": {"ctr/auc": 0.7, "ctr/ne": 0.9, "cvr/auc": 0.6, "feed/ctr/auc": 0.65},
+            },
+            indent=2,
+        )
+    )
 
 
 def _logits(version: str) -> list[dict]:
@@ -80,15 +99,27 @@ def _logits(version: str) -> list[dict]:
     for impression_id, ds, user_id, ad_id, surface, _, _ in IMPRESSIONS:
         if ds in (D2, D3):
             ctr = LN3 if surface == "feed" else -LN3
-            rows.append({"impression_id": impression_id, "user_id": user_id, "ad_id": ad_id, "surface": surface,
-                         "ds": ds, "model_version": version, "ctr_logit": ctr if version == "m-new" else ctr - 0.5,
-                         "cvr_logit": LN3 if version == "m-new" else 0.0})
+            rows.append(
+                {
+                    "impression_id": impression_id,
+                    "user_id": user_id,
+                    "ad_id": ad_id,
+                    "surface": surface,
+                    "ds": ds,
+                    "model_version": version,
+                    "ctr_logit": ctr if version == "m-new" else ctr - 0.5,
+                    "cvr_logit": LN3 if version == "m-new" else 0.0,
+                }
+            )
     return rows
 
 
 def _embeddings(id_column: str, vectors: dict[tuple[str, date], dict[int, list[float]]]) -> list[dict]:
-    return [{id_column: i, "model_version": v, "ds": ds, "embedding": e}
-            for (v, ds), by_id in vectors.items() for i, e in by_id.items()]
+    return [
+        {id_column: i, "model_version": v, "ds": ds, "embedding": e}
+        for (v, ds), by_id in vectors.items()
+        for i, e in by_id.items()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -96,35 +127,107 @@ def lake(spark, tmp_path_factory) -> GemPaths:
     partitions = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "2")  # a few rows: fewer tasks, a faster module
     paths = GemPaths(tmp_path_factory.mktemp("sql_pack") / "gem")
-    impressions = [{"impression_id": i, "ds": ds, "ts": datetime.combine(ds, datetime.min.time()) + timedelta(hours=n),
-                    "user_id": u, "ad_id": a, "surface": s, "clicked": c, "converted": v, "position": 1}
-                   for n, (i, ds, u, a, s, c, v) in enumerate(IMPRESSIONS)]
+    impressions = [
+        {
+            "impression_id": i,
+            "ds": ds,
+            "ts": datetime.combine(ds, datetime.min.time()) + timedelta(hours=n),
+            "user_id": u,
+            "ad_id": a,
+            "surface": s,
+            "clicked": c,
+            "converted": v,
+            "position": 1,
+        }
+        for n, (i, ds, u, a, s, c, v) in enumerate(IMPRESSIONS)
+    ]
     _write(spark, paths, "bronze.impressions", impressions)
-    _write(spark, paths, "bronze.events", [{"user_id": 1, "item_id": 10, "action": "click", "surface": "feed",
-                                            "ts": datetime(2026, 11, 1, 9), "ds": D1}])
+    _write(
+        spark,
+        paths,
+        "bronze.events",
+        [{"user_id": 1, "item_id": 10, "action": "click", "surface": "feed", "ts": datetime(2026, 11, 1, 9), "ds": D1}],
+    )
     for day in (D1, D2, D3, D4):  # one commit per day, as the pipeline writes them: Delta versions 0..3
-        _write(spark, paths, "gold.training_examples", [r for r in impressions if r["ds"] == day],
-               replace_where=f"ds = DATE'{day}'")
+        _write(
+            spark,
+            paths,
+            "gold.training_examples",
+            [r for r in impressions if r["ds"] == day],
+            replace_where=f"ds = DATE'{day}'",
+        )
     _write(spark, paths, "gold.teacher_logits", _logits("m-old") + _logits("m-new"))
     _write(spark, paths, "silver.user_features", [{"user_id": u, "user_id_idx": u} for u in (1, 2, 3, 4)])
     _write(spark, paths, "silver.ad_features", [{"ad_id": a, "ad_id_idx": a} for a in (10, 11, 12)])
-    _write(spark, paths, "gold.user_embeddings", _embeddings("user_id", {
-        ("m-old", D2): {1: [1.0, 0.0], 2: [1.0, 0.0], 3: [1.0, 0.0]},
-        ("m-old", D3): {1: [0.0, 1.0], 2: [1.0, 0.0]},
-        ("m-new", D3): {1: [0.8, 0.6], 2: [1.0, 0.0], 3: [1.0, 0.0], 4: [1.0, 0.0], 99: [1.0, 0.0]}}))
-    _write(spark, paths, "gold.ad_embeddings", _embeddings("ad_id", {
-        ("m-old", D2): {10: [1.0, 0.0], 11: [0.0, 1.0]},
-        ("m-old", D3): {10: [1.0, 0.0], 11: [0.0, 1.0]},
-        ("m-new", D3): {10: [1.0, 0.0], 11: [0.6, 0.8], 12: [0.0, 1.0]}}))
-    build = {"factory": "Flat", "configured_factory": "HNSW32", "dimension": 2, "k": 10, "queries_per_second": 1e4,
-             "build_seconds": 0.1, "sha256": "0" * 64}
-    _write(spark, paths, "gold.index_builds", [
-        {**build, "index_name": "ads", "model_version": "m-old", "ds": D2, "row_count": 2, "recall_at_k": 0.9,
-         "created_at": datetime(2026, 11, 4, 1)},
-        {**build, "index_name": "ads", "model_version": "m-new", "ds": D3, "row_count": 3, "recall_at_k": 0.95,
-         "created_at": datetime(2026, 11, 5, 1)},
-        {**build, "index_name": "users", "model_version": "m-new", "ds": D3, "row_count": 5, "recall_at_k": 1.0,
-         "created_at": datetime(2026, 11, 5, 1)}])
+    _write(
+        spark,
+        paths,
+        "gold.user_embeddings",
+        _embeddings(
+            "user_id",
+            {
+                ("m-old", D2): {1: [1.0, 0.0], 2: [1.0, 0.0], 3: [1.0, 0.0]},
+                ("m-old", D3): {1: [0.0, 1.0], 2: [1.0, 0.0]},
+                ("m-new", D3): {1: [0.8, 0.6], 2: [1.0, 0.0], 3: [1.0, 0.0], 4: [1.0, 0.0], 99: [1.0, 0.0]},
+            },
+        ),
+    )
+    _write(
+        spark,
+        paths,
+        "gold.ad_embeddings",
+        _embeddings(
+            "ad_id",
+            {
+                ("m-old", D2): {10: [1.0, 0.0], 11: [0.0, 1.0]},
+                ("m-old", D3): {10: [1.0, 0.0], 11: [0.0, 1.0]},
+                ("m-new", D3): {10: [1.0, 0.0], 11: [0.6, 0.8], 12: [0.0, 1.0]},
+            },
+        ),
+    )
+    build = {
+        "factory": "Flat",
+        "configured_factory": "HNSW32",
+        "dimension": 2,
+        "k": 10,
+        "queries_per_second": 1e4,
+        "build_seconds": 0.1,
+        "sha256": "0" * 64,
+    }
+    _write(
+        spark,
+        paths,
+        "gold.index_builds",
+        [
+            {
+                **build,
+                "index_name": "ads",
+                "model_version": "m-old",
+                "ds": D2,
+                "row_count": 2,
+                "recall_at_k": 0.9,
+                "created_at": datetime(2026, 11, 4, 1),
+            },
+            {
+                **build,
+                "index_name": "ads",
+                "model_version": "m-new",
+                "ds": D3,
+                "row_count": 3,
+                "recall_at_k": 0.95,
+                "created_at": datetime(2026, 11, 5, 1),
+            },
+            {
+                **build,
+                "index_name": "users",
+                "model_version": "m-new",
+                "ds": D3,
+                "row_count": 5,
+                "recall_at_k": 1.0,
+                "created_at": datetime(2026, 11, 5, 1),
+            },
+        ],
+    )
     for version, spec in MODELS.items():
         _manifest(paths, version, *spec)
     _manifest(paths, "m-wip.partial", "2026-11-06T00:00:00+00:00", "gem", 3, [D1], [D2])  # mid-rename: not a model
@@ -172,7 +275,10 @@ def test_calibration_per_surface_task_and_day(sql):
 def test_label_rates_by_surface(sql):
     rows = {(r["ds"], r["surface"]): r for r in _query(sql, "label_rates_by_surface")}
     assert (rows[(D2, "feed")]["impressions"], rows[(D2, "feed")]["clicks"], rows[(D2, "feed")]["conversions"]) == (
-        4, 2, 1)
+        4,
+        2,
+        1,
+    )
     assert rows[(D2, "all")]["ctr"] == 0.5 and rows[(D2, "all")]["cvr_given_click"] == pytest.approx(1 / 3)
     assert rows[(D1, "feed")]["cvr_given_click"] is None  # no clicks that day
 
@@ -181,7 +287,10 @@ def test_top_ads_for_user_is_exact_search_of_the_newest_version(sql):
     # m-new on 2026-11-03, user 1 = [0.8, 0.6]: ad 11 0.96, ad 10 0.8, ad 12 0.6.
     rows = _query(sql, "top_ads_for_user")
     assert [(r["model_version"], r["ds"], r["user_id"], r["rank"], r["ad_id"]) for r in rows] == [
-        ("m-new", D3, 1, 1, 11), ("m-new", D3, 1, 2, 10), ("m-new", D3, 1, 3, 12)]
+        ("m-new", D3, 1, 1, 11),
+        ("m-new", D3, 1, 2, 10),
+        ("m-new", D3, 1, 3, 12),
+    ]
     assert [r["score"] for r in rows] == pytest.approx([0.96, 0.8, 0.6])
     # m-old's latest day with user 1 is 2026-11-03 ([0, 1]): ad 11 scores 1, ad 10 scores 0.
     older = _query(sql, "top_ads_for_user", for_model_version="m-old", top_k=1)
@@ -190,11 +299,17 @@ def test_top_ads_for_user_is_exact_search_of_the_newest_version(sql):
 
 def test_embedding_coverage_and_freshness(sql):
     rows = {(r["model_version"], r["entity"]): r for r in _query(sql, "embedding_coverage")}
-    got = {k: (r["days_exported"], r["latest_ds"], r["embedded"], r["covered"], r["known"], r["days_behind"])
-           for k, r in rows.items()}
+    got = {
+        k: (r["days_exported"], r["latest_ds"], r["embedded"], r["covered"], r["known"], r["days_behind"])
+        for k, r in rows.items()
+    }
     # silver knows users 1-4 and ads 10-12; the newest training day is 2026-11-04, one after every export.
-    assert got == {("m-old", "user"): (2, D3, 2, 2, 4, 1), ("m-old", "ad"): (2, D3, 2, 2, 3, 1),
-                   ("m-new", "user"): (1, D3, 5, 4, 4, 1), ("m-new", "ad"): (1, D3, 3, 3, 3, 1)}
+    assert got == {
+        ("m-old", "user"): (2, D3, 2, 2, 4, 1),
+        ("m-old", "ad"): (2, D3, 2, 2, 3, 1),
+        ("m-new", "user"): (1, D3, 5, 4, 4, 1),
+        ("m-new", "ad"): (1, D3, 3, 3, 3, 1),
+    }
     assert rows[("m-old", "user")]["coverage"] == 0.5 and rows[("m-new", "user")]["coverage"] == 1.0
     assert list(rows)[:2] == [("m-new", "user"), ("m-new", "ad")]  # newest model first
 
@@ -244,8 +359,10 @@ def test_model_lineage_links_each_model_to_its_data_version(sql):
 
 
 def test_table_history_has_one_row_per_commit(sql):
-    rows = sql.query("SELECT table_name, version, operation FROM meta.table_history "
-                     "WHERE table_name = 'gold.training_examples' ORDER BY version").fetchall()
+    rows = sql.query(
+        "SELECT table_name, version, operation FROM meta.table_history "
+        "WHERE table_name = 'gold.training_examples' ORDER BY version"
+    ).fetchall()
     assert rows == [("gold.training_examples", v, "WRITE") for v in range(4)]
 
 
@@ -253,7 +370,9 @@ def test_student_training_set_joins_fresh_labels_to_the_teacher(sql):
     # m-new trained up to 2026-11-02: its fresh, scored days are 2026-11-03 only (i7, i8).
     rows = _query(sql, "student_training_set")
     assert [(r["model_version"], r["impression_id"], r["clicked"], r["converted"]) for r in rows] == [
-        ("m-new", "i7", True, True), ("m-new", "i8", False, False)]
+        ("m-new", "i7", True, True),
+        ("m-new", "i8", False, False),
+    ]
     i7, i8 = rows
     assert i7["ctr_logit"] == pytest.approx(LN3) and i7["teacher_p_click"] == pytest.approx(0.75)
     assert i7["teacher_p_conversion"] == pytest.approx(0.5625)
@@ -266,7 +385,10 @@ def test_student_training_set_joins_fresh_labels_to_the_teacher(sql):
 def test_index_recall_history(sql):
     rows = _query(sql, "index_recall_history")
     assert [(r["index_name"], r["model_version"], r["recall_at_k"]) for r in rows] == [
-        ("ads", "m-old", 0.9), ("ads", "m-new", 0.95), ("users", "m-new", 1.0)]
+        ("ads", "m-old", 0.9),
+        ("ads", "m-new", 0.95),
+        ("users", "m-new", 1.0),
+    ]
     assert rows[0]["recall_change"] is None and rows[1]["recall_change"] == pytest.approx(0.05)
 
 
@@ -293,8 +415,9 @@ def test_report_asset_attaches_every_query_as_metadata(lake):
 
 
 def test_report_queries_skip_missing_tables_and_fail_naming_the_file(lake, tmp_path):
-    (tmp_path / "a_missing.sql").write_text("-- reads gold.teacher_logits in a comment only\n"
-                                            "SELECT * FROM gold.no_such_table")
+    (tmp_path / "a_missing.sql").write_text(
+        "-- reads gold.teacher_logits in a comment only\nSELECT * FROM gold.no_such_table"
+    )
     assert referenced_tables((tmp_path / "a_missing.sql").read_text()) == ["gold.no_such_table"]
     (tmp_path / "b_broken.sql").write_text("SELECT no_such_column FROM gold.teacher_logits")
     with pytest.raises(ReportQueryError, match="b_broken.sql failed: .*no_such_column"):
@@ -315,7 +438,9 @@ def test_a_query_over_an_unreadable_table_is_skipped_naming_it_and_the_rest_of_t
         reports = {r.name: r for r in run_report_queries(paths)}
     first_commit = builds / "_delta_log" / "00000000000000000000.json"
     assert sorted(str(w.message).split(":")[0] for w in caught) == [
-        "gold.index_builds is skipped", f"meta.table_history skips {first_commit}"]
+        "gold.index_builds is skipped",
+        f"meta.table_history skips {first_commit}",
+    ]
     skipped = reports.pop("index_recall_history")
     assert skipped.rows is None
     assert skipped.markdown().startswith(f"skipped: gold.index_builds: {builds} cannot be read by delta-rs (")
