@@ -32,9 +32,11 @@ ui: $(VENV)/.installed
 	test -f $$home/dagster.yaml || cp dagster_project/dagster.yaml $$home/; \
 	DAGSTER_HOME=$$home $(BIN)/dagster dev -w workspace.yaml
 
-# What CI checks besides the tests: ruff's rules and the import contracts of pyproject.toml (layers).
+# What CI checks besides the tests: ruff's rules, ruff's format and the import contracts of pyproject.toml
+# (the layers). .pre-commit-config.yaml runs the same on every commit.
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
 # Regenerate requirements.lock after changing a pin in pyproject.toml.
