@@ -6,7 +6,9 @@
 Builds the dimensions, then for each day: bronze events and impressions (with quarantine),
 gold.user_sequences and gold.training_examples, into a fresh $GEM_HOME. Throughput counts the
 day's impressions over the wall time of that day's four jobs, divided by the Spark cores. The
-first day is the coldest (shortest histories); later days carry more history per user.
+first day is the coldest (shortest histories); later days carry more history per user. Each day
+also reports the bytes its two gold partitions hold on disk (the Parquet files of the partition,
+from the Delta log): every training example carries its own copy of its user's history.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ import os
 import platform
 import shutil
 import time
+from datetime import date
+from pathlib import Path
 
-from gem_lake.features.build import (  # noqa: E402
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from gem_lake.features.build import (
     DAILY_BRONZE,
     DIMENSIONS,
     build_silver,
@@ -26,9 +34,15 @@ from gem_lake.features.build import (  # noqa: E402
     build_user_sequences,
     land_bronze,
 )
-from gem_lake.spark.session import build_spark_session  # noqa: E402
-from gem_model.config import GemConfig  # noqa: E402
-from gem_model.paths import GemPaths  # noqa: E402
+from gem_lake.spark.session import build_spark_session
+from gem_model.config import GemConfig
+from gem_model.paths import GemPaths
+
+
+def partition_bytes(table: Path, day: date) -> int:
+    """The bytes of the Parquet files that hold `day`'s rows of the Delta table at `table` now."""
+    files = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
+    return int(pc.sum(files.filter(pc.field("partition.ds") == day)["size_bytes"]).as_py() or 0)
 
 
 def main() -> None:
@@ -69,6 +83,8 @@ def main() -> None:
                 "bronze_s": round(t1 - t0, 1),
                 "sequences_s": round(t2 - t1, 1),
                 "examples_s": round(t3 - t2, 1),
+                "sequences_mb": round(partition_bytes(paths.table("gold.user_sequences"), day) / 1e6, 2),
+                "examples_mb": round(partition_bytes(paths.table("gold.training_examples"), day) / 1e6, 2),
                 "impressions_per_s_per_core": round(imps / (t3 - t0) / cores, 1),
             }
         )
