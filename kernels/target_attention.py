@@ -1,0 +1,149 @@
+"""Target attention: each target of a jagged row attends to a prefix of the same row's keys.
+
+`target_attention` takes targets q [M, H, Dh] jagged by q_offsets [B+1], keys and values k, v [L, H, Dh]
+jagged by kv_offsets [B+1], and visible [M]: how many of its row's keys (the first ones) each target may
+see. It returns [M, H, Dh]. With a user's events as the keys, in time order, and the impressions of that
+user as the targets, visible[i] = the events strictly before impression i: the events are encoded once per
+user and every impression reads them, the shape of HSTU's targets (generative-recommenders'
+`num_targets`) for targets that fall at many times. kernel="triton" runs
+`kernels/triton/triton_target_attention.py` (CUDA, or CPU under TRITON_INTERPRET=1); kernel="pytorch" pads
+the rows to [B, max targets, max keys] and runs torch's attention with the prefix mask. The fp32 ground
+truth is `kernels/reference/pt_target_attention.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kernels.jagged_attention import _DTYPES, _KERNELS, _import_triton_kernel, _validate_offsets
+from kernels.reference.pt_jagged_attention import POINTWISE
+
+
+def target_attention(
+    q: Tensor,
+    q_offsets: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kv_offsets: Tensor,
+    visible: Tensor,
+    *,
+    max_targets: int,
+    max_seq_len: int,
+    activation: Literal["softmax", "silu", "gelu", "relu2", "identity"] = "softmax",
+    scale: float | None = None,
+    kernel: Literal["auto", "pytorch", "triton"] = "auto",
+) -> Tensor:
+    """[M, H, Dh] attention of each target q_i to the first visible[i] keys of its row of k, v.
+
+    q_offsets and kv_offsets [B+1] int64 as for `kernels.jagged_attention` (rows may be empty); max_targets and
+    max_seq_len bound a row's targets and keys (the Triton grid). visible [M] int64 with 0 <= visible[i] <= its
+    row's keys; a target that sees no key gives zeros. activation: "softmax" over the visible keys, or a
+    pointwise one, w_ij = act(scale * q_i.k_j) / visible[i]. scale defaults to 1/sqrt(Dh). kernel: "auto"
+    (Triton for CUDA tensors, else PyTorch), "pytorch" or "triton". Differentiable in q, k, v on every path.
+    """
+    if kernel not in _KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
+    _validate(q, k, v, activation)
+    _validate_offsets(q_offsets, q, max_targets, name="q")
+    _validate_offsets(kv_offsets, k, max_seq_len, name="k")
+    _validate_visible(visible, q_offsets, kv_offsets, q)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if kernel == "triton" or (kernel == "auto" and q.is_cuda):
+        triton_target_attention = _import_triton_kernel(q, "triton_target_attention")
+        return triton_target_attention(
+            q,
+            q_offsets,
+            k,
+            v,
+            kv_offsets,
+            visible,
+            max_targets=max_targets,
+            max_seq_len=max_seq_len,
+            activation=activation,
+            scale=scale,
+        )
+    return _padded_target_attention(q, q_offsets, k, v, kv_offsets, visible, activation=activation, scale=scale)
+
+
+def _padded(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """values [N, H, Dh] as [B, H, longest row, Dh] (zeros past each row's end), and each value's (row, place)."""
+    lengths = offsets.diff()
+    rows = torch.repeat_interleave(torch.arange(lengths.numel(), device=values.device), lengths)
+    places = torch.arange(values.shape[0], device=values.device) - offsets[:-1].index_select(0, rows)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    padded = values.new_zeros(lengths.numel(), longest, *values.shape[1:]).index_put((rows, places), values)
+    return padded.transpose(1, 2), rows, places
+
+
+def _padded_target_attention(
+    q: Tensor,
+    q_offsets: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kv_offsets: Tensor,
+    visible: Tensor,
+    *,
+    activation: str,
+    scale: float,
+) -> Tensor:
+    (qp, rows, places), (kp, _, _), (vp, _, _) = (
+        _padded(t, o) for t, o in ((q, q_offsets), (k, kv_offsets), (v, kv_offsets))
+    )
+    seen = q.new_zeros(qp.shape[0], qp.shape[2], dtype=torch.int64).index_put((rows, places), visible)
+    allowed = torch.arange(kp.shape[2], device=q.device)[None, None, :] < seen[:, :, None]  # [B, m, n]
+    if activation == "softmax":
+        # A target that sees no key (and a padded one) attends to every key, padding included, so the
+        # attention stays finite in both passes; its output is dropped below.
+        mask = (allowed | (seen == 0)[:, :, None])[:, None]
+        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
+    else:
+        weights = POINTWISE[activation](scale * qp @ kp.transpose(-1, -2)) / seen.clamp(min=1)[:, None, :, None]
+        out = weights.masked_fill(~allowed[:, None], 0.0) @ vp
+    out = out.transpose(1, 2)[rows, places]  # [M, H, Dh]
+    out = out.masked_fill((visible == 0)[:, None, None], 0.0)
+    return out + 0 * (q.sum() + k.sum() + v.sum())  # connected to q, k and v when no target sees a key
+
+
+def _validate(q: Tensor, k: Tensor, v: Tensor, activation: str) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 3:
+            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a [rows, H, Dh] tensor, got {shape}")
+    if k.shape != v.shape:
+        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)} ([L, H, Dh])")
+    if q.shape[1:] != k.shape[1:]:
+        raise ValueError(f"q.shape={tuple(q.shape)} must be [M, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}: they must match")
+    if q.dtype not in _DTYPES:
+        raise ValueError(f"q.dtype={q.dtype} is not one of {_DTYPES}; cast q, k, v with .float()")
+    if activation != "softmax" and activation not in POINTWISE:
+        raise ValueError(f"activation={activation!r} is not one of {('softmax', *POINTWISE)}")
+
+
+def _validate_visible(visible: Tensor, q_offsets: Tensor, kv_offsets: Tensor, q: Tensor) -> None:
+    """visible [M] int64 on q's device, each between 0 and its row's keys; the two offsets of one batch."""
+    if q_offsets.numel() != kv_offsets.numel():
+        raise ValueError(
+            f"q_offsets has {q_offsets.numel() - 1} rows and kv_offsets {kv_offsets.numel() - 1}: the targets and "
+            "the keys must come from the same rows"
+        )
+    if not isinstance(visible, Tensor) or visible.dtype != torch.int64 or visible.shape != (q.shape[0],):
+        shape = (visible.dtype, tuple(visible.shape)) if isinstance(visible, Tensor) else type(visible).__name__
+        raise ValueError(f"visible must be an int64 tensor [M={q.shape[0]}] (a key count per target), got {shape}")
+    if visible.device != q.device:
+        raise ValueError(f"visible.device={visible.device} must equal q.device={q.device}; move it with .to(q.device)")
+    keys = kv_offsets.diff().repeat_interleave(q_offsets.diff())  # each target's row length
+    bad = ((visible < 0) | (visible > keys)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(
+            f"visible[{i}]={int(visible[i])} must be between 0 and its row's {int(keys[i])} keys: it counts the "
+            "keys (in time order) before the target"
+        )
