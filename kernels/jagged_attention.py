@@ -311,12 +311,15 @@ def _validate(
     _validate_offsets(offsets, q, max_seq_len)
 
 
-def _validate_offsets(offsets: Tensor, values: Tensor, max_seq_len: int, name: str = "q") -> None:
-    """Check offsets [B+1] against the jagged `values` (argument `name`) they split, and max_seq_len."""
+def _validate_offsets(
+    offsets: Tensor, values: Tensor, max_seq_len: int, name: str = "q", bound: str = "max_seq_len"
+) -> None:
+    """Check offsets [B+1] against the jagged `values` (argument `name`) they split, and max_seq_len (the
+    argument `bound`)."""
     if not isinstance(offsets, Tensor):
         raise ValueError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 0:
-        raise ValueError(f"max_seq_len must be an int >= 0 (an upper bound on row lengths), got {max_seq_len!r}")
+        raise ValueError(f"{bound} must be an int >= 0 (an upper bound on row lengths), got {max_seq_len!r}")
     if offsets.dtype != torch.int64 or offsets.dim() != 1 or offsets.numel() == 0:
         raise ValueError(
             f"offsets must be a 1-D int64 tensor [B+1], got dtype={offsets.dtype}, shape={tuple(offsets.shape)}; "
@@ -352,5 +355,5 @@ def _validate_offsets(offsets: Tensor, values: Tensor, max_seq_len: int, name: s
         )
     if longest > max_seq_len:
         raise ValueError(
-            f"max_seq_len={max_seq_len} is below the longest row ({longest} tokens); pass max_seq_len >= {longest}"
+            f"{bound}={max_seq_len} is below the longest row ({longest} tokens); pass {bound} >= {longest}"
         )

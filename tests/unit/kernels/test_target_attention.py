@@ -91,12 +91,13 @@ def test_a_target_is_unchanged_by_keys_past_its_prefix_and_changed_by_one_inside
         ({"visible": "float"}, r"visible must be an int64 tensor \[M=51\]"),
         ({"kv_rows": 5}, "q_offsets has 6 rows and kv_offsets 5"),
         ({"max_seq_len": 10}, r"max_seq_len=10 is below the longest row \(70 tokens\)"),
+        ({"max_targets": 30}, r"max_targets=30 is below the longest row \(40 tokens\); pass max_targets >= 40"),
         ({"activation": "tanh"}, r"activation='tanh' is not one of"),
     ],
 )
 def test_bad_inputs_are_refused_naming_the_argument(change: dict, message: str) -> None:
     targets, keys, visible, q, k, v, _ = _inputs(torch.float32, torch.device("cpu"))
-    options = {"max_targets": 40, "max_seq_len": change.get("max_seq_len", 70)}
+    options = {"max_targets": change.get("max_targets", 40), "max_seq_len": change.get("max_seq_len", 70)}
     if change.get("visible") == "too_many":
         visible = visible.clone()
         visible[-1] = 17
