@@ -357,3 +357,25 @@ def _validate_offsets(
         raise ValueError(
             f"{bound}={max_seq_len} is below the longest row ({longest} tokens); pass {bound} >= {longest}"
         )
+
+
+def _validate_cross(q: Tensor, k: Tensor, v: Tensor, activation: str, queries: str) -> None:
+    """Checks of an attention whose queries q [`queries`, H, Dh] are not the rows of k, v [L, H, Dh] (seed and
+    target attention); the offsets are checked by `_validate_offsets`."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 3:
+            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a [rows, H, Dh] tensor, got {shape}")
+    if k.shape != v.shape:
+        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)} ([L, H, Dh])")
+    if q.shape[1:] != k.shape[1:]:
+        raise ValueError(
+            f"q.shape={tuple(q.shape)} must be [{queries}, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}"
+        )
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}: they must match")
+    if q.dtype not in _DTYPES:
+        raise ValueError(f"q.dtype={q.dtype} is not one of {_DTYPES}; cast q, k, v with .float()")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not one of {_ACTIVATIONS}")

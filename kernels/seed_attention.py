@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from kernels.jagged_attention import _DTYPES, _KERNELS, _import_triton_kernel, _validate_offsets
+from kernels.jagged_attention import _KERNELS, _import_triton_kernel, _validate_cross, _validate_offsets
 from kernels.reference.pt_jagged_attention import POINTWISE
 
 _SEED_CHUNK = 8  # seeds pooled per index_add in the PyTorch path: bounds the [L, chunk, H, Dh] product
@@ -44,7 +44,7 @@ def seed_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate(q, k, v, activation)
+    _validate_cross(q, k, v, activation, queries="S")
     _validate_offsets(offsets, k, max_seq_len, name="k")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if kernel == "triton" or (kernel == "auto" and q.is_cuda):
@@ -80,21 +80,3 @@ def _segment_softmax(scores: Tensor, rows: Tensor, n_rows: int) -> Tensor:
     peak = scores.detach().new_full(shape, float("-inf")).scatter_reduce(0, index, scores.detach(), "amax")
     e = torch.exp(scores - peak.index_select(0, rows))
     return e / scores.new_zeros(shape).index_add(0, rows, e).index_select(0, rows)
-
-
-def _validate(q: Tensor, k: Tensor, v: Tensor, activation: str) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 3:
-            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a [rows, H, Dh] tensor, got {shape}")
-    if k.shape != v.shape:
-        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)} ([L, H, Dh])")
-    if q.shape[1:] != k.shape[1:]:
-        raise ValueError(f"q.shape={tuple(q.shape)} must be [S, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}: they must match")
-    if q.dtype not in _DTYPES:
-        raise ValueError(f"q.dtype={q.dtype} is not one of {_DTYPES}; cast q, k, v with .float()")
-    if activation != "softmax" and activation not in POINTWISE:
-        raise ValueError(f"activation={activation!r} is not one of {('softmax', *POINTWISE)}")

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.jagged_attention import _DTYPES, _KERNELS, _import_triton_kernel, _validate_offsets
+from kernels.jagged_attention import _KERNELS, _import_triton_kernel, _validate_cross, _validate_offsets
 from kernels.reference.pt_jagged_attention import POINTWISE
 
 
@@ -48,7 +48,7 @@ def target_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate(q, k, v, activation)
+    _validate_cross(q, k, v, activation, queries="M")
     _validate_offsets(q_offsets, q, max_targets, name="q", bound="max_targets")
     _validate_offsets(kv_offsets, k, max_seq_len, name="k")
     _validate_visible(visible, q_offsets, kv_offsets, q)
@@ -107,24 +107,6 @@ def _padded_target_attention(
     out = out.transpose(1, 2)[rows, places]  # [M, H, Dh]
     out = out.masked_fill((visible == 0)[:, None, None], 0.0)
     return out + 0 * (q.sum() + k.sum() + v.sum())  # connected to q, k and v when no target sees a key
-
-
-def _validate(q: Tensor, k: Tensor, v: Tensor, activation: str) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 3:
-            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a [rows, H, Dh] tensor, got {shape}")
-    if k.shape != v.shape:
-        raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)} ([L, H, Dh])")
-    if q.shape[1:] != k.shape[1:]:
-        raise ValueError(f"q.shape={tuple(q.shape)} must be [M, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}: they must match")
-    if q.dtype not in _DTYPES:
-        raise ValueError(f"q.dtype={q.dtype} is not one of {_DTYPES}; cast q, k, v with .float()")
-    if activation != "softmax" and activation not in POINTWISE:
-        raise ValueError(f"activation={activation!r} is not one of {('softmax', *POINTWISE)}")
 
 
 def _validate_visible(visible: Tensor, q_offsets: Tensor, kv_offsets: Tensor, q: Tensor) -> None:

@@ -42,6 +42,21 @@ def _program_rows(QOffsets, KVOffsets, H):
 
 
 @triton.jit
+def _rows(Ptr, first, rows, row_mask, stride_t, h, stride_h, offs_d, d_mask):
+    """The [rows, BLOCK_D] tile of head h at tokens first + rows, zeros where masked."""
+    mask = row_mask[:, None] & d_mask[None, :]
+    return tl.load(Ptr + (first + rows[:, None]) * stride_t + h * stride_h + offs_d[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _targets(Visible, q_start, m, start_m, BLOCK_M: tl.constexpr):
+    """A tile of a row's targets from start_m: their indices in the row, the mask of real ones, the keys each sees."""
+    targets = start_m + tl.arange(0, BLOCK_M)
+    t_mask = targets < m
+    return targets, t_mask, tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
+
+
+@triton.jit
 def _target_attention_fwd(
     Q,
     K,
@@ -69,27 +84,19 @@ def _target_attention_fwd(
     INPUT_PRECISION: tl.constexpr,
 ):
     b, h, q_start, m, k_start, n = _program_rows(QOffsets, KVOffsets, H)
-    targets = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    targets, t_mask, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    t_mask = targets < m
     d_mask = offs_d < head_dim
-    qd_mask = t_mask[:, None] & d_mask[None, :]
-    seen = tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
-    q = tl.load(Q + (q_start + targets[:, None]) * stride_qt + h * stride_qh + offs_d[None, :], mask=qd_mask, other=0.0)
+    q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
     inv_n = (1.0 / tl.maximum(seen, 1).to(tl.float32))[:, None]
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, tl.max(seen, 0), BLOCK_N):
         cols = start_n + offs_n
-        kv_mask = (cols < n)[:, None] & d_mask[None, :]
-        k = tl.load(
-            K + (k_start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
-        v = tl.load(
-            V + (k_start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
+        k = _rows(K, k_start, cols, cols < n, stride_kt, h, stride_kh, offs_d, d_mask)
+        v = _rows(V, k_start, cols, cols < n, stride_vt, h, stride_vh, offs_d, d_mask)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * scale  # [BLOCK_M, BLOCK_N]
         allowed = t_mask[:, None] & (cols[None, :] < seen[:, None])
         acc, m_i, l_i = _fwd_update(acc, m_i, l_i, qk, allowed, v, inv_n, ACT, INPUT_PRECISION)
@@ -98,7 +105,7 @@ def _target_attention_fwd(
         acc = acc / l_safe[:, None]
         tl.store(Lse + (q_start + targets) * H + h, m_i + tl.log(l_safe), mask=t_mask)
     out = Out + (q_start + targets[:, None]) * stride_ot + h * stride_oh + offs_d[None, :]
-    tl.store(out, acc.to(Out.dtype.element_ty), mask=qd_mask)
+    tl.store(out, acc.to(Out.dtype.element_ty), mask=t_mask[:, None] & d_mask[None, :])
 
 
 @triton.jit
@@ -139,32 +146,17 @@ def _target_attention_bwd_dkdv(
     start_n = tl.program_id(1) * BLOCK_N
     if start_n < n:
         cols = start_n + tl.arange(0, BLOCK_N)
-        offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
         n_mask = cols < n
         d_mask = offs_d < head_dim
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            K + (k_start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
-        v = tl.load(
-            V + (k_start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
+        k = _rows(K, k_start, cols, n_mask, stride_kt, h, stride_kh, offs_d, d_mask)
+        v = _rows(V, k_start, cols, n_mask, stride_vt, h, stride_vh, offs_d, d_mask)
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         for start_m in range(0, m, BLOCK_M):
-            targets = start_m + offs_m
-            t_mask = targets < m
-            qd_mask = t_mask[:, None] & d_mask[None, :]
-            seen = tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
-            q = tl.load(
-                Q + (q_start + targets[:, None]) * stride_qt + h * stride_qh + offs_d[None, :], mask=qd_mask, other=0.0
-            )
-            do = tl.load(
-                DO + (q_start + targets[:, None]) * stride_dot + h * stride_doh + offs_d[None, :],
-                mask=qd_mask,
-                other=0.0,
-            )
+            targets, t_mask, seen = _targets(Visible, q_start, m, start_m, BLOCK_M)
+            q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
+            do = _rows(DO, q_start, targets, t_mask, stride_dot, h, stride_doh, offs_d, d_mask)
             qk_t = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * scale  # [BLOCK_N, BLOCK_M]
             allowed = n_mask[:, None] & t_mask[None, :] & (cols[:, None] < seen[None, :])
             dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
@@ -179,6 +171,7 @@ def _target_attention_bwd_dkdv(
                 dz_t = tl.where(allowed, dp_t * _pointwise_grad(qk_t, ACT), 0.0) * inv_n
             dv += tl.dot(w_t.to(do.dtype), do, input_precision=INPUT_PRECISION)
             dk += tl.dot(dz_t.to(q.dtype), q, input_precision=INPUT_PRECISION)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
         tl.store(
             DK + (k_start + cols[:, None]) * stride_dkt + h * stride_dkh + offs_d[None, :],
             (dk * scale).to(DK.dtype.element_ty),
@@ -223,17 +216,12 @@ def _target_attention_bwd_dq(
     INPUT_PRECISION: tl.constexpr,
 ):
     b, h, q_start, m, k_start, n = _program_rows(QOffsets, KVOffsets, H)
-    targets = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    targets, t_mask, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    t_mask = targets < m
     d_mask = offs_d < head_dim
-    qd_mask = t_mask[:, None] & d_mask[None, :]
-    seen = tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
-    q = tl.load(Q + (q_start + targets[:, None]) * stride_qt + h * stride_qh + offs_d[None, :], mask=qd_mask, other=0.0)
-    do = tl.load(
-        DO + (q_start + targets[:, None]) * stride_dot + h * stride_doh + offs_d[None, :], mask=qd_mask, other=0.0
-    )
+    q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
+    do = _rows(DO, q_start, targets, t_mask, stride_dot, h, stride_doh, offs_d, d_mask)
     lse = tl.zeros([BLOCK_M], dtype=tl.float32)
     delta = tl.zeros([BLOCK_M], dtype=tl.float32)
     if ACT == 0:
@@ -243,13 +231,8 @@ def _target_attention_bwd_dq(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start_n in range(0, tl.max(seen, 0), BLOCK_N):
         cols = start_n + offs_n
-        kv_mask = (cols < n)[:, None] & d_mask[None, :]
-        k = tl.load(
-            K + (k_start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
-        v = tl.load(
-            V + (k_start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
+        k = _rows(K, k_start, cols, cols < n, stride_kt, h, stride_kh, offs_d, d_mask)
+        v = _rows(V, k_start, cols, cols < n, stride_vt, h, stride_vh, offs_d, d_mask)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * scale
         allowed = t_mask[:, None] & (cols[None, :] < seen[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
@@ -262,7 +245,7 @@ def _target_attention_bwd_dq(
     tl.store(
         DQ + (q_start + targets[:, None]) * stride_dqt + h * stride_dqh + offs_d[None, :],
         (dq * scale).to(DQ.dtype.element_ty),
-        mask=qd_mask,
+        mask=t_mask[:, None] & d_mask[None, :],
     )
 
 
