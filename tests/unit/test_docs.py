@@ -1,8 +1,8 @@
 """The manual (README.md and docs/*.md) reads as a reference: no scratch paths, tracker numbers or commit
 hashes, every relative link lands on a file and heading that exist, and docs/README.md lists every page.
 
-The lab notebook, docs/experiments/, keeps the commits, paths and tracker numbers of its day; only its
-links are checked here.
+The lab notebook, docs/experiments/, keeps the commits of its day, which reproduce its records, but no
+scratch path or tracker number either: its commands name their lake with GEM_HOME.
 """
 
 from __future__ import annotations
@@ -84,6 +84,18 @@ def test_the_manual_names_no_scratch_path_tracker_number_or_commit(page, what, p
     assert not hits, (
         f"{what} in the manual means nothing to a reader of the repository; say what the thing "
         f"does, and move the history to docs/experiments/:\n" + "\n".join(hits)
+    )
+
+
+@pytest.mark.parametrize("page", NOTEBOOK, ids=_rel)
+@pytest.mark.parametrize(
+    ("what", "pattern"), [("a /tmp path", TMP_PATH), ("a tracker number", TRACKER)], ids=["tmp", "tracker"]
+)
+def test_the_notebook_names_no_scratch_path_or_tracker_number(page, what, pattern):
+    hits = _hits(pattern, page)
+    assert not hits, (
+        f"{what} means nothing to a reader of the repository: name the lake with GEM_HOME and the work by what "
+        "it did:\n" + "\n".join(hits)
     )
 
 
