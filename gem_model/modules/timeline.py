@@ -1,0 +1,230 @@
+"""The timeline arch: a user's events encoded once, read by each of that user's impressions.
+
+A batch is a set of user timelines. Timeline u holds the user's events, oldest first, and the user's impressions
+of the day, in time order; impression i may read only the first `visible[i]` events, those strictly before it.
+The expensive part depends on the user and time alone and runs once per timeline: causal jagged self-attention
+over the events (`kernels.jagged_attention`, a sliding window for long histories), so encoded event j depends
+on events 0..j only. The cheap part runs per impression and costs O(visible) with no square: queries made from
+the candidate ad and its context attend over the visible encoded events (`kernels.target_attention`), the item
+attributes embedded into both queries and keys so an event like the candidate scores high (the match signal as
+a term of q.k); the mean and the newest of the visible events come from prefix sums and gathers, and the count
+of visible events that share the candidate's item or attribute ids from a binary search. Nothing an impression
+reads lies at or after its timestamp, so point-in-time correctness is exact by construction.
+
+Rows of a batch are impressions. A timeline's events ride on the row of its first impression (every other row
+of the timeline has none), so one KeyedJaggedTensor of fixed stride carries a batch and the item table looks each
+event up once (`Timelines.from_rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gem_model.modules.jagged import offsets_of
+from kernels.jagged_attention import jagged_attention
+from kernels.target_attention import target_attention
+
+
+@dataclass(frozen=True)
+class Timelines:
+    """Which events each impression of a batch may read: U timelines over M impression rows and L events."""
+
+    first_rows: torch.Tensor  # [U] the row of each timeline's first impression (where its events ride)
+    event_offsets: torch.Tensor  # [U+1] the timelines' events, oldest first, in the batch's event order
+    impression_offsets: torch.Tensor  # [U+1] the timelines' impressions (contiguous rows, in row order)
+    visible: torch.Tensor  # [M] events of its timeline before each impression
+
+    @classmethod
+    def from_rows(cls, event_lengths: torch.Tensor, starts: torch.Tensor, visible: torch.Tensor) -> Timelines:
+        """From per-row tensors [M]: the events on each row (non-zero only where a timeline starts), 1 where a row
+        starts a timeline (row 0 must), and the visible counts."""
+        if event_lengths.shape != starts.shape or starts.shape != visible.shape:
+            raise ValueError(
+                f"event lengths {tuple(event_lengths.shape)}, timeline starts {tuple(starts.shape)} and visible "
+                f"{tuple(visible.shape)} must each have one entry per impression row"
+            )
+        starts = starts.bool()
+        if starts.numel() and not bool(starts[0]):
+            raise ValueError("row 0 must start a timeline: a batch holds whole timelines")
+        if bool((event_lengths[~starts] != 0).any()):
+            raise ValueError("events ride only on the first row of their timeline; another row carries some")
+        first_rows = starts.nonzero().squeeze(1)
+        impressions = offsets_of(torch.diff(first_rows, append=first_rows.new_tensor([starts.numel()])))
+        events = event_lengths.index_select(0, first_rows)
+        keys = events.repeat_interleave(impressions.diff())  # each impression's timeline length
+        bad = ((visible < 0) | (visible > keys)).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(
+                f"visible[{i}]={int(visible[i])} must be between 0 and its timeline's {int(keys[i])} events"
+            )
+        return cls(first_rows, offsets_of(events), impressions, visible)
+
+    @property
+    def n_impressions(self) -> int:
+        return self.visible.numel()
+
+    def timeline_of(self) -> torch.Tensor:
+        """[M] each impression's timeline."""
+        return torch.repeat_interleave(
+            torch.arange(self.first_rows.numel(), device=self.visible.device), self.impression_offsets.diff()
+        )
+
+    def first_event(self) -> torch.Tensor:
+        """[M] where each impression's timeline begins in the batch's events."""
+        return self.event_offsets[:-1].index_select(0, self.timeline_of())
+
+    def visible_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """[M, D] the mean of each impression's visible events' values [L, D] (zeros where none is visible), from
+        prefix sums: O(L) once and O(1) per impression. Summed in float64 so a long batch loses no precision."""
+        sums = torch.cat([values.new_zeros(1, values.shape[1], dtype=torch.float64), values.double().cumsum(0)])
+        first = self.first_event()
+        total = sums.index_select(0, first + self.visible) - sums.index_select(0, first)
+        return (total / self.visible.clamp(min=1).unsqueeze(1)).to(values.dtype)
+
+    def newest(self, values: torch.Tensor, n: int) -> torch.Tensor:
+        """[M, n, D] each impression's n newest visible events' values, newest first; zeros past its oldest."""
+        place = self.visible.unsqueeze(1) - torch.arange(1, n + 1, device=values.device)  # [M, n] within timeline
+        if values.shape[0] == 0:
+            return values.new_zeros(self.n_impressions, n, values.shape[1])
+        index = (self.first_event().unsqueeze(1) + place.clamp(min=0)).flatten().clamp(max=values.shape[0] - 1)
+        picked = values.index_select(0, index).view(-1, n, values.shape[1])
+        return picked * (place >= 0).unsqueeze(2).to(values.dtype)
+
+    def matches(self, event_ids: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
+        """[M] how many of each impression's visible events carry its candidate's id (event_ids [L], candidate_ids
+        [M]; id 0, missing, matches nothing). Events sorted once by (timeline, id, position) and each impression's
+        range found by binary search: O((L + M) log L), no impression x event product."""
+        timeline = torch.repeat_interleave(
+            torch.arange(self.first_rows.numel(), device=event_ids.device), self.event_offsets.diff()
+        )
+        position = torch.arange(event_ids.numel(), device=event_ids.device) - self.event_offsets[:-1][timeline]
+        span = int(self.event_offsets.diff().max()) + 1 if event_ids.numel() else 1
+        ids = int(torch.cat([event_ids, candidate_ids]).max()) + 1 if self.n_impressions else 1
+        key = (timeline * ids + event_ids) * span + position
+        sorted_keys = torch.sort(key).values
+        base = (self.timeline_of() * ids + candidate_ids) * span
+        count = torch.searchsorted(sorted_keys, base + self.visible) - torch.searchsorted(sorted_keys, base)
+        return count * (candidate_ids > 0)
+
+
+class CausalBlock(nn.Module):
+    """Pre-LN transformer block over a batch of timelines: each event attends to itself and the events before it
+    (at most `window` before it, when window > 0), so its output never depends on a later event."""
+
+    def __init__(self, dim: int, heads: int, window: int) -> None:
+        super().__init__()
+        self.dim, self.heads, self.window = dim, heads, window
+        self.norm_attn, self.norm_ffn = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor, max_len: int) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm_attn(x)).view(-1, 3, self.heads, self.dim // self.heads).unbind(1)
+        attended = jagged_attention(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            offsets,
+            max_seq_len=max(max_len, 1),
+            causal=True,
+            window=self.window if 0 < self.window < max_len - 1 else None,
+        )
+        x = x + self.out(attended.reshape(-1, self.dim))
+        return x + self.ffn(self.norm_ffn(x))
+
+
+class TimelineEncoder(nn.Module):
+    """[L, Ds] event tokens of a batch's timelines -> [L, Ds] encoded, causally, once per timeline."""
+
+    def __init__(self, dim: int, heads: int, layers: int, window: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([CausalBlock(dim, heads, window) for _ in range(layers)])
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, tokens: torch.Tensor, timelines: Timelines) -> torch.Tensor:
+        lengths = timelines.event_offsets.diff()
+        max_len = int(lengths.max()) if lengths.numel() else 0
+        for block in self.blocks:
+            tokens = block(tokens, timelines.event_offsets, max_len)
+        return self.norm(tokens)
+
+
+class TargetReader(nn.Module):
+    """Per impression: `n_queries` queries from the candidate [M, C] (its ad and context embeddings) attend over
+    its visible encoded events; with the mean and the `n_recent` newest visible events, projected to the
+    embedding dim D, and a token of the match counts, gated into [M, n_tokens, D].
+
+    `attribute_rows[c]` embeds item attribute c (a shared table, row 0 = missing, zero): the candidate's row joins
+    its queries and each event's row its keys, so q.k rises where an event's attributes equal the candidate's."""
+
+    def __init__(
+        self,
+        candidate_dim: int,
+        dim: int,
+        heads: int,
+        n_queries: int,
+        n_recent: int,
+        embedding_dim: int,
+        attribute_buckets: dict[str, int],
+        age_buckets: int,
+    ) -> None:
+        super().__init__()
+        self.dim, self.heads, self.n_queries, self.n_recent = dim, heads, n_queries, n_recent
+        self.n_tokens = n_queries + 1 + n_recent + 1
+        self.query = nn.Linear(candidate_dim, n_queries * dim)
+        self.query_age = nn.Embedding(age_buckets, n_queries * dim)
+        self.attribute_rows = nn.ModuleDict(
+            {column: nn.Embedding(buckets, dim, padding_idx=0) for column, buckets in attribute_buckets.items()}
+        )
+        self.key_norm = nn.LayerNorm(dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, embedding_dim)
+        self.match = nn.Linear(1 + len(attribute_buckets), embedding_dim)
+        self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
+
+    def forward(
+        self,
+        encoded: torch.Tensor,
+        timelines: Timelines,
+        candidate: torch.Tensor,
+        target_age: torch.Tensor,
+        event_attributes: dict[str, torch.Tensor],
+        candidate_attributes: dict[str, torch.Tensor],
+        match_counts: torch.Tensor,
+    ) -> torch.Tensor:
+        """encoded [L, Ds]; candidate [M, C]; target_age [M] bucket of each impression's time to its day's end;
+        event_attributes / candidate_attributes: column -> [L] / [M] attribute rows; match_counts [M, 1 + A]."""
+        m, n_q, heads, head_dim = timelines.n_impressions, self.n_queries, self.heads, self.dim // self.heads
+        keys = self.key_norm(encoded)
+        queries = self.query(candidate) + self.query_age(target_age)  # [M, n_q * Ds]
+        for column, table in self.attribute_rows.items():
+            keys = keys + table(event_attributes[column])
+            queries = queries + table(candidate_attributes[column]).repeat(1, n_q)
+        k, v = self.kv(keys).view(-1, 2, heads, head_dim).unbind(1)
+        longest = timelines.impression_offsets.diff()
+        read = target_attention(
+            queries.view(m * n_q, heads, head_dim),
+            timelines.impression_offsets * n_q,
+            k.contiguous(),
+            v.contiguous(),
+            timelines.event_offsets,
+            timelines.visible.repeat_interleave(n_q),
+            max_targets=max(int(longest.max()) * n_q if longest.numel() else 0, 1),
+            max_seq_len=max(int(timelines.event_offsets.diff().max()) if longest.numel() else 0, 1),
+        )
+        parts = torch.cat(
+            [
+                self.out(read.reshape(m, n_q, self.dim)),
+                timelines.visible_mean(encoded).unsqueeze(1),
+                timelines.newest(encoded, self.n_recent),
+            ],
+            dim=1,
+        )
+        tokens = torch.cat([self.proj(parts), self.match(torch.log1p(match_counts.float())).unsqueeze(1)], dim=1)
+        return torch.sigmoid(self.gate(tokens.flatten(1))).unsqueeze(2) * tokens
