@@ -51,7 +51,13 @@ class FeatureMappingError(ValueError):
 # The commit metadata key of the feature mapping (`FeatureSpec.mapping`) a feature table's rows were written with.
 MAPPING_KEY = "feature_mapping"
 # Removed and rebuilt to move a lake to another mapping: bronze stays, and each of these is derived from it.
-FEATURE_TABLES = ("silver/user_features", "silver/ad_features", "gold/user_sequences", "gold/training_examples")
+FEATURE_TABLES = (
+    "silver/user_features",
+    "silver/ad_features",
+    "gold/user_sequences",
+    "gold/training_examples",
+    "gold/user_timelines",
+)
 
 
 def recorded_mapping(path: Path, version: int | None = None) -> str | None:
