@@ -48,7 +48,7 @@ def target_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate_cross(q, k, v, activation, queries="M")
+    _validate_cross(q, k, v, activation)
     _validate_offsets(q_offsets, q, max_targets, name="q", bound="max_targets")
     _validate_offsets(kv_offsets, k, max_seq_len, name="k")
     _validate_visible(visible, q_offsets, kv_offsets, q)

@@ -117,12 +117,22 @@ def _jagged(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return values, np.diff(offsets).astype(np.int64)
 
 
+def _oldest_first(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The values of each row in reverse order: a table's newest-first sequences as a timeline's oldest-first."""
+    ends = np.cumsum(lengths)
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    place = np.arange(values.size) - (ends - lengths)[rows]
+    return values[ends[rows] - 1 - place]
+
+
 def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
-    """KJT over `spec.kjt_keys`; features absent from `table` are empty.
+    """KJT over `spec.kjt_keys` for rows that each carry their own sequence (`gold.training_examples`,
+    `gold.user_sequences`, ad rows); features absent from `table` are empty.
 
     Single-valued features come from `<name>_idx` columns (one id per row); the sequence and its
-    per-event side columns from list columns (jagged, aligned). Empty features let one model
-    embed users or ads alone.
+    per-event side columns from list columns (jagged, aligned, newest first). Each row is a timeline of its own
+    (`gem_model.modules.timeline`): its events oldest first, all of them visible, its own age bucket 0 (the
+    events' ages count to the row's own instant). Empty features let one model embed users or ads alone.
     """
     n = table.num_rows
     names = set(table.column_names)
@@ -137,7 +147,7 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
             lengths.append(np.ones(n, dtype=np.int64))
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
-    seq_lengths = None
+    seq_lengths = np.zeros(n, dtype=np.int64)
     for key, column in (
         (spec.sequence_feature, spec.sequence_idx_column),
         *((c, c) for c in spec.sequence_side_columns),
@@ -145,26 +155,94 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
         keys.append(key)
         if column in names:
             vals, lens = _jagged(table.column(column))
-            if seq_lengths is not None and not np.array_equal(lens, seq_lengths):
+            if key != spec.sequence_feature and not np.array_equal(lens, seq_lengths):
                 raise ValueError(
                     f"column {column} is not aligned with {spec.sequence_idx_column}; rebuild the feature table"
                 )
             seq_lengths = lens
-            values.append(vals)
+            values.append(_oldest_first(vals, lens))
             lengths.append(lens)
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
+    one = np.ones(n, dtype=np.int64)
+    for key, per_row in zip(spec.timeline_keys, (one, seq_lengths, np.zeros(n, dtype=np.int64)), strict=True):
+        keys.append(key)
+        values.append(per_row)
+        lengths.append(one)
     flat = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
     return KeyedJaggedTensor.from_lengths_sync(
         keys=keys, values=torch.from_numpy(flat), lengths=torch.from_numpy(np.concatenate(lengths))
     )
 
 
-def _assign(
-    fragments: list[pads.Fragment], world_size: int, filter: pc.Expression | None
-) -> list[list[tuple[pads.Fragment, int]]]:
-    """Whole files to ranks, largest first to the rank with the fewest rows: deterministic and balanced."""
-    sized = [(f, f.count_rows(filter=filter)) for f in fragments]
+# Per-impression list columns of gold.user_timelines beside the ad and context features' `<name>_idx`.
+VISIBLE_COLUMN = "visible"
+TARGET_AGE_COLUMN = "target_age_idx"
+
+
+def timelines_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
+    """KJT over `spec.kjt_keys` for rows of `gold.user_timelines`: one row per impression, in each timeline's order.
+
+    A timeline row holds its user's features once (`<name>_idx`), its events as aligned lists, oldest first, and
+    its impressions as aligned lists (the ad and context features' `<name>_idx`, `visible`, `target_age_idx`).
+    User features repeat on each of the timeline's impressions; the events ride on its first impression's row
+    (`gem_model.modules.timeline.Timelines`), so they are looked up once however many impressions read them.
+    """
+    visible, counts = _jagged(table.column(VISIBLE_COLUMN))
+    if (counts == 0).any():
+        raise ValueError(
+            f"{int((counts == 0).sum())} rows of gold.user_timelines have no impressions; every timeline row holds "
+            "its user's impressions of the day, so rebuild the table"
+        )
+    n, first = int(counts.sum()), np.cumsum(counts) - counts
+    keys, values, lengths = [], [], []
+    one = np.ones(n, dtype=np.int64)
+    for feature in (*spec.pooled_features, spec.item_feature):
+        keys.append(feature.name)
+        column = table.column(feature.idx_column)
+        if feature.side == "user":
+            if column.null_count:
+                raise ValueError(f"column {feature.idx_column} has {column.null_count} nulls; fix the feature table")
+            values.append(np.repeat(column.to_numpy(), counts))
+        else:
+            ids, per_row = _jagged(column)
+            if not np.array_equal(per_row, counts):
+                raise ValueError(f"column {feature.idx_column} is not aligned with {VISIBLE_COLUMN}; rebuild the table")
+            values.append(ids)
+        lengths.append(one)
+    event_lengths = None
+    for key, column in (
+        (spec.sequence_feature, spec.sequence_idx_column),
+        *((c, c) for c in spec.sequence_side_columns),
+    ):
+        ids, per_row = _jagged(table.column(column))
+        if event_lengths is not None and not np.array_equal(per_row, event_lengths):
+            raise ValueError(f"column {column} is not aligned with {spec.sequence_idx_column}; rebuild the table")
+        event_lengths = per_row
+        on_first_rows = np.zeros(n, dtype=np.int64)
+        on_first_rows[first] = per_row
+        keys.append(key)
+        values.append(ids)
+        lengths.append(on_first_rows)
+    starts = np.zeros(n, dtype=np.int64)
+    starts[first] = 1
+    target_age, per_row = _jagged(table.column(TARGET_AGE_COLUMN))
+    if not np.array_equal(per_row, counts):
+        raise ValueError(f"column {TARGET_AGE_COLUMN} is not aligned with {VISIBLE_COLUMN}; rebuild the table")
+    for key, per_impression in zip(spec.timeline_keys, (starts, visible, target_age), strict=True):
+        keys.append(key)
+        values.append(per_impression)
+        lengths.append(one)
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys,
+        values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
+        lengths=torch.from_numpy(np.concatenate(lengths)),
+    )
+
+
+def _assign(sized: list[tuple[pads.Fragment, int]], world_size: int) -> list[list[tuple[pads.Fragment, int]]]:
+    """Whole fragments (each with its size) to ranks, largest first to the rank with the least: deterministic and
+    balanced."""
     shards: list[list[tuple[pads.Fragment, int]]] = [[] for _ in range(world_size)]
     totals = [0] * world_size
     for fragment, rows in sorted(sized, key=lambda fr: -fr[1]):  # stable: ties keep path order
@@ -186,7 +264,8 @@ def rank_fragments(
         for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
         for rg in f.split_by_row_group(filter=filter)
     ]
-    return [fragment for fragment, _ in _assign(row_groups, world_size, filter)[rank]]
+    sized = [(rg, rg.count_rows(filter=filter)) for rg in row_groups]
+    return [fragment for fragment, _ in _assign(sized, world_size)[rank]]
 
 
 def scan_rank(
@@ -210,8 +289,15 @@ class Batch:
     table: pa.Table  # the rows themselves (keys, truth), padding included
 
 
-class ExampleStream:
-    """Fixed-size batches of `gold.training_examples` rows for one rank."""
+class TimelineStream:
+    """Fixed-size batches of impressions for one rank, read as whole user timelines from `gold.user_timelines`.
+
+    Every batch holds exactly `batch_size` impression rows: timelines in order (shuffled within a buffer of
+    `shuffle_buffer` impressions, a new order every epoch), the one that crosses a batch's end split there, its
+    later impressions starting the next batch with the events they see. A user's events are therefore encoded once
+    per batch that holds the user's impressions, not once per impression. Ranks take whole files balanced by
+    impressions and yield `len(stream)` batches each, the last padded with `valid = False` rows.
+    """
 
     def __init__(
         self,
@@ -232,30 +318,38 @@ class ExampleStream:
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.dataset = open_delta(path, version, spec)
         self.filter = ds_filter(start, end)
-        wanted = [f.idx_column for f in spec.features] + [
-            spec.sequence_idx_column,
-            *spec.sequence_side_columns,
+        self.per_user = ["user_id", "ds", *(f.idx_column for f in spec.side("user"))]
+        self.per_impression = [
+            *(c for c in KEY_COLUMNS if c not in ("user_id", "ds")),
             *LABEL_COLUMNS,
-            *KEY_COLUMNS,
+            *(f.idx_column for f in spec.features if f.side != "user"),
+            VISIBLE_COLUMN,
+            TARGET_AGE_COLUMN,
         ]
+        self.per_event = [spec.sequence_idx_column, *spec.sequence_side_columns]
         names = set(self.dataset.schema.names)
-        missing = [c for c in wanted if c not in names]
+        missing = [c for c in (*self.per_user, *self.per_impression, *self.per_event) if c not in names]
         if missing:
             raise ValueError(f"{path} lacks columns {missing}; rebuild it with the current FeatureSpec")
-        self.columns = wanted + [c for c in TRUTH_COLUMNS if c in names]
-        self.fragments = _assign(
-            sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path), world_size, self.filter
-        )
-        self.total_rows = sum(rows for shard in self.fragments for _, rows in shard)
+        self.per_impression += [c for c in TRUTH_COLUMNS if c in names]
+        self.columns = [*self.per_user, *self.per_impression, *self.per_event]
+        fragments = sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path)
+        self.fragments = _assign([(f, self._impressions(f)) for f in fragments], world_size)
+        self.total_rows = sum(n for shard in self.fragments for _, n in shard)
         if self.total_rows == 0:
-            raise ValueError(f"no rows in {path} for ds in [{start}, {end}); check the partitions exist")
+            raise ValueError(f"no impressions in {path} for ds in [{start}, {end}); check the partitions exist")
+
+    def _impressions(self, fragment: pads.Fragment) -> int:
+        visible = fragment.to_table(columns=[VISIBLE_COLUMN], filter=self.filter).column(VISIBLE_COLUMN)
+        return int(pc.sum(pc.list_value_length(visible)).as_py() or 0)
 
     @property
     def rank_rows(self) -> int:
-        return sum(rows for _, rows in self.fragments[self.rank])
+        """This rank's impressions."""
+        return sum(n for _, n in self.fragments[self.rank])
 
     def __len__(self) -> int:
-        largest = max(sum(rows for _, rows in shard) for shard in self.fragments)
+        largest = max(sum(n for _, n in shard) for shard in self.fragments)
         return math.ceil(largest / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
@@ -263,65 +357,103 @@ class ExampleStream:
 
     def _rank_tables(self) -> Iterator[pa.Table]:
         shard = [fragment for fragment, _ in self.fragments[self.rank]]
-        if self.shuffle_buffer > 0:  # a new file order every epoch, then rows shuffled within the buffer
-            rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+        rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+        if self.shuffle_buffer > 0:  # a new file order every epoch, then timelines shuffled within the buffer
             shard = [shard[i] for i in rng.permutation(len(shard))]
+        buffer: list[pa.Table] = []
+        size = 0
         for fragment in shard:
             for record_batch in fragment.to_batches(
                 schema=self.dataset.schema, columns=self.columns, filter=self.filter
             ):
-                if record_batch.num_rows:
-                    yield pa.Table.from_batches([record_batch])
-
-    def _shuffled(self) -> Iterator[pa.Table]:
-        if self.shuffle_buffer <= 0:
-            yield from self._rank_tables()
-            return
-        rng = np.random.default_rng([self.seed, self.rank, self.epoch])
-        buffer: list[pa.Table] = []
-        size = 0
-        for part in self._rank_tables():
-            buffer.append(part)
-            size += part.num_rows
-            if size >= self.shuffle_buffer:
-                merged = pa.concat_tables(buffer)
-                yield merged.take(rng.permutation(merged.num_rows))
-                buffer, size = [], 0
+                if not record_batch.num_rows:
+                    continue
+                buffer.append(pa.Table.from_batches([record_batch]))
+                size += _impression_count(buffer[-1])
+                if size >= max(self.shuffle_buffer, 1):
+                    yield self._shuffled(pa.concat_tables(buffer), rng)
+                    buffer, size = [], 0
         if buffer:
-            merged = pa.concat_tables(buffer)
-            yield merged.take(rng.permutation(merged.num_rows))
+            yield self._shuffled(pa.concat_tables(buffer), rng)
+
+    def _shuffled(self, table: pa.Table, rng: np.random.Generator) -> pa.Table:
+        return table.take(rng.permutation(table.num_rows)) if self.shuffle_buffer > 0 else table
 
     def __iter__(self) -> Iterator[Batch]:
         pending: list[pa.Table] = []
         size, emitted = 0, 0
-        for part in self._shuffled():
+        for part in self._rank_tables():
             pending.append(part)
-            size += part.num_rows
+            size += _impression_count(part)
             while size >= self.batch_size:
-                merged = pa.concat_tables(pending)
-                yield self._batch(merged.slice(0, self.batch_size), self.batch_size)
+                full, rest = self._cut(pa.concat_tables(pending), self.batch_size)
+                yield self._batch(full, self.batch_size)
                 emitted += 1
-                pending, size = [merged.slice(self.batch_size)], size - self.batch_size
+                pending, size = [rest], size - self.batch_size
         rest = pa.concat_tables(pending) if pending else None
         while emitted < len(self):
             yield self._padded(rest)
             emitted, rest = emitted + 1, None
 
-    def _padded(self, rest: pa.Table | None) -> Batch:
-        if rest is None or rest.num_rows == 0:
-            # A rank with no rows left still steps: one copied row, all masked out.
-            template = self.dataset.head(1, columns=self.columns, filter=self.filter)
-            return self._batch(template.take(np.zeros(self.batch_size, dtype=np.int64)), 0)
-        pad = np.concatenate([np.arange(rest.num_rows), np.zeros(self.batch_size - rest.num_rows, np.int64)])
-        return self._batch(rest.take(pad), rest.num_rows)
+    def _cut(self, table: pa.Table, n: int) -> tuple[pa.Table, pa.Table]:
+        """(the timelines holding the first n impressions, the rest), the timeline across the cut split in two."""
+        counts = pc.list_value_length(table.column(VISIBLE_COLUMN)).to_numpy()
+        ends = np.cumsum(counts)
+        row = int(np.searchsorted(ends, n))  # the row holding impression n - 1
+        inside = n - int(ends[row] - counts[row])  # of its impressions, those before the cut
+        head, tail = table.slice(0, row), table.slice(row + 1)
+        if inside == counts[row]:
+            return pa.concat_tables([head, table.slice(row, 1)]), tail
+        first, second = self._split(table.slice(row, 1), inside)
+        return pa.concat_tables([head, first]), pa.concat_tables([second, tail])
 
-    def _batch(self, table: pa.Table, n_valid: int) -> Batch:
+    def _split(self, row: pa.Table, at: int) -> tuple[pa.Table, pa.Table]:
+        """A one-timeline table as (its impressions before `at` with the events they see, the rest with all)."""
+        seen = int(row.column(VISIBLE_COLUMN)[0].values[at - 1].as_py())
+        first, second = row, row
+        for column in self.per_impression:
+            i = row.schema.get_field_index(column)
+            first = first.set_column(i, column, pc.list_slice(row.column(column), 0, at))
+            second = second.set_column(i, column, pc.list_slice(row.column(column), at))
+        for column in self.per_event:
+            i = row.schema.get_field_index(column)
+            first = first.set_column(i, column, pc.list_slice(row.column(column), 0, seen))
+        return first, second
+
+    def _padded(self, rest: pa.Table | None) -> Batch:
+        """The last batch: the rows left, then copies of a timeline's first impression alone, masked out."""
+        n_real = 0 if rest is None else _impression_count(rest)
+        source = rest if n_real else self.dataset.head(1, columns=self.columns, filter=self.filter)
+        template, _ = self._split(source.slice(0, 1), 1)
+        for column in self.per_event:
+            i = template.schema.get_field_index(column)
+            template = template.set_column(i, column, pc.list_slice(template.column(column), 0, 0))
+        i = template.schema.get_field_index(VISIBLE_COLUMN)
+        template = template.set_column(i, VISIBLE_COLUMN, pa.array([[0]], template.schema.field(i).type))
+        padding = template.take(np.zeros(self.batch_size - n_real, dtype=np.int64))
+        return self._batch(pa.concat_tables([rest, padding]) if n_real else padding, n_real)
+
+    def _batch(self, timelines: pa.Table, n_valid: int) -> Batch:
+        table = impression_rows(timelines, self.per_user, self.per_impression)
         valid = torch.zeros(table.num_rows, dtype=torch.bool)
         valid[:n_valid] = True
         return Batch(
-            features=features_to_kjt(table, self.spec),
+            features=timelines_to_kjt(timelines, self.spec),
             clicked=torch.from_numpy(table.column("clicked").to_numpy(zero_copy_only=False).astype(np.float32)),
             converted=torch.from_numpy(table.column("converted").to_numpy(zero_copy_only=False).astype(np.float32)),
             valid=valid,
             table=table,
         )
+
+
+def _impression_count(timelines: pa.Table) -> int:
+    return int(pc.sum(pc.list_value_length(timelines.column(VISIBLE_COLUMN))).as_py() or 0)
+
+
+def impression_rows(timelines: pa.Table, per_user: list[str], per_impression: list[str]) -> pa.Table:
+    """One row per impression of `timelines`: its per-impression columns flattened, the per-user ones repeated."""
+    counts = pc.list_value_length(timelines.column(VISIBLE_COLUMN)).to_numpy()
+    owner = pa.array(np.repeat(np.arange(timelines.num_rows), counts))
+    columns = {c: timelines.column(c).take(owner) for c in per_user}
+    columns |= {c: pc.list_flatten(timelines.column(c)) for c in per_impression}
+    return pa.table(columns)

@@ -23,9 +23,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from gem_model.modules.jagged import offsets_of
+from gem_model.config import FeatureSpec
 from kernels.jagged_attention import jagged_attention
 from kernels.target_attention import target_attention
+
+
+def offsets_of(lengths: torch.Tensor) -> torch.Tensor:
+    """[B] lengths -> [B+1] offsets."""
+    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,29 @@ class Timelines:
         return count * (candidate_ids > 0)
 
 
+class EventTokenizer(nn.Module):
+    """[L, D] item embeddings + side ids (action, age bucket, item attributes) -> [L, Ds] event tokens."""
+
+    def __init__(self, spec: FeatureSpec, embedding_dim: int, dim: int) -> None:
+        super().__init__()
+        self.item = nn.Linear(embedding_dim, dim)
+        self.side = nn.ModuleDict(
+            {name: nn.Embedding(buckets, dim) for name, buckets in spec.sequence_side_columns.items()}
+        )
+
+    def forward(self, items: torch.Tensor, side: dict[str, torch.Tensor]) -> torch.Tensor:
+        tokens = self.item(items)
+        for name, table in self.side.items():
+            ids = side[name]
+            if ids.numel() != items.shape[0]:
+                raise ValueError(
+                    f"sequence side column {name} has {ids.numel()} ids for {items.shape[0]} events; "
+                    "the feature table must carry it aligned with the sequence"
+                )
+            tokens = tokens + table(ids)
+        return tokens
+
+
 class CausalBlock(nn.Module):
     """Pre-LN transformer block over a batch of timelines: each event attends to itself and the events before it
     (at most `window` before it, when window > 0), so its output never depends on a later event."""
@@ -157,10 +185,11 @@ class TimelineEncoder(nn.Module):
 class TargetReader(nn.Module):
     """Per impression: `n_queries` queries from the candidate [M, C] (its ad and context embeddings) attend over
     its visible encoded events; with the mean and the `n_recent` newest visible events, projected to the
-    embedding dim D, and a token of the match counts, gated into [M, n_tokens, D].
+    embedding dim D, and (with `match`) a token of the match counts, gated into [M, n_tokens, D].
 
-    `attribute_rows[c]` embeds item attribute c (a shared table, row 0 = missing, zero): the candidate's row joins
-    its queries and each event's row its keys, so q.k rises where an event's attributes equal the candidate's."""
+    With `match`, `attribute_rows[c]` embeds item attribute c (one table, row 0 = missing, zero): the candidate's
+    row joins its queries and each event's row its keys, so q.k rises where an event's attributes equal the
+    candidate's; `attribute_buckets` maps each attribute's event column to its rows."""
 
     def __init__(
         self,
@@ -172,10 +201,12 @@ class TargetReader(nn.Module):
         embedding_dim: int,
         attribute_buckets: dict[str, int],
         age_buckets: int,
+        match: bool,
     ) -> None:
         super().__init__()
         self.dim, self.heads, self.n_queries, self.n_recent = dim, heads, n_queries, n_recent
-        self.n_tokens = n_queries + 1 + n_recent + 1
+        self.n_tokens = n_queries + 1 + n_recent + int(match)
+        attribute_buckets = attribute_buckets if match else {}
         self.query = nn.Linear(candidate_dim, n_queries * dim)
         self.query_age = nn.Embedding(age_buckets, n_queries * dim)
         self.attribute_rows = nn.ModuleDict(
@@ -185,7 +216,7 @@ class TargetReader(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, embedding_dim)
-        self.match = nn.Linear(1 + len(attribute_buckets), embedding_dim)
+        self.match = nn.Linear(1 + len(attribute_buckets), embedding_dim) if match else None
         self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
 
     def forward(
@@ -196,10 +227,11 @@ class TargetReader(nn.Module):
         target_age: torch.Tensor,
         event_attributes: dict[str, torch.Tensor],
         candidate_attributes: dict[str, torch.Tensor],
-        match_counts: torch.Tensor,
+        match_counts: torch.Tensor | None,
     ) -> torch.Tensor:
-        """encoded [L, Ds]; candidate [M, C]; target_age [M] bucket of each impression's time to its day's end;
-        event_attributes / candidate_attributes: column -> [L] / [M] attribute rows; match_counts [M, 1 + A]."""
+        """encoded [L, Ds]; candidate [M, C]; target_age [M] each impression's age bucket; event_attributes /
+        candidate_attributes: column -> [L] / [M] attribute rows; match_counts [M, 1 + A] (item, then each
+        attribute of `attribute_rows`), None without `match`."""
         m, n_q, heads, head_dim = timelines.n_impressions, self.n_queries, self.heads, self.dim // self.heads
         keys = self.key_norm(encoded)
         queries = self.query(candidate) + self.query_age(target_age)  # [M, n_q * Ds]
@@ -209,7 +241,7 @@ class TargetReader(nn.Module):
         k, v = self.kv(keys).view(-1, 2, heads, head_dim).unbind(1)
         longest = timelines.impression_offsets.diff()
         read = target_attention(
-            queries.view(m * n_q, heads, head_dim),
+            queries.to(k.dtype).view(m * n_q, heads, head_dim),  # under autocast the embeddings' sum stays fp32
             timelines.impression_offsets * n_q,
             k.contiguous(),
             v.contiguous(),
@@ -226,5 +258,9 @@ class TargetReader(nn.Module):
             ],
             dim=1,
         )
-        tokens = torch.cat([self.proj(parts), self.match(torch.log1p(match_counts.float())).unsqueeze(1)], dim=1)
+        tokens = self.proj(parts)
+        if self.match is not None:
+            if match_counts is None:
+                raise ValueError("a TargetReader with `match` needs the match counts")
+            tokens = torch.cat([tokens, self.match(torch.log1p(match_counts.to(tokens.dtype))).unsqueeze(1)], dim=1)
         return torch.sigmoid(self.gate(tokens.flatten(1))).unsqueeze(2) * tokens

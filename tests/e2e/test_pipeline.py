@@ -30,10 +30,6 @@ def _rejected(spark, lake, table, day=None):
     return df.where(F.col("source_partition") == day).count() if day else df.count()
 
 
-# Built beside gold.training_examples by gem_lake.features.build.build_user_timelines; no asset writes it yet.
-NO_ASSET = {"gold.user_timelines"}
-
-
 def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
     lake, _, _ = pipeline
     cfg = lake.config
@@ -57,7 +53,7 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
         "gold.user_ad_candidates": 2 * cfg.world.n_users * min(cfg.export.candidates_k, cfg.world.n_ads),
         "gold.index_builds": 4,
     }
-    for table in CONTRACT.keys() - NO_ASSET:
+    for table in CONTRACT:
         df = read_table(spark, lake.paths.table(table))
         assert schema_violations(table, {f.name: f.dataType.simpleString() for f in df.schema.fields}) == []
         if "model_version" in df.columns:  # test_export_e2e exports a second version beside the teacher
@@ -69,7 +65,7 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
 
 
 def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
-    from gem_lake.features.quality import sequence_stats
+    from gem_lake.features.quality import sequence_stats, timeline_stats
     from gem_lake.sources.world import Source
 
     lake, _, _ = pipeline
@@ -78,6 +74,10 @@ def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
     examples = read_table(spark, lake.paths.table("gold.training_examples"))
     stats = sequence_stats(examples, lake.config.features.max_seq_len)
     assert stats.point_in_time and stats.p99 >= 10 * max(stats.p50, 1)  # heavy-tailed, capped at max_seq_len
+    timelines = timeline_stats(
+        read_table(spark, lake.paths.table("gold.user_timelines")), lake.config.features.max_seq_len
+    )
+    assert timelines.point_in_time and timelines.impressions == examples.count()  # each impression once, per user
 
 
 def test_model_manifest_has_finite_holdout_metrics(pipeline):

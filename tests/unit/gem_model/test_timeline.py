@@ -73,7 +73,7 @@ def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
     encoder = TimelineEncoder(DIM, HEADS, layers=2, window=2)
     reader = TargetReader(
         candidate_dim=5, dim=DIM, heads=HEADS, n_queries=2, n_recent=2, embedding_dim=D,
-        attribute_buckets={"seq_category_idx": 4}, age_buckets=3,
+        attribute_buckets={"seq_category_idx": 4}, age_buckets=3, match=True,
     )  # fmt: skip
     return encoder.eval(), reader.eval()
 
