@@ -26,8 +26,8 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from bench.common import REPO, TASKS, VARIANTS, train_variant
-from gem_model.config import GemConfig
+from bench.common import REPO, VARIANTS, train_variant
+from gem_model.config import TASKS, GemConfig
 from gem_model.paths import GemPaths
 
 
