@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from gem_model.config import GemConfig
-from gem_model.modules.timeline import TargetReader, TimelineEncoder, Timelines
+from gem_model.modules.timeline import Matches, TargetReader, TimelineEncoder, Timelines
 
 
 def _timelines(users: int, length: int, impressions: int) -> Timelines:
@@ -54,7 +54,17 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
     encoder = TimelineEncoder(seq.dim, seq.heads, seq.layers, window)
     candidate_dim = d * (len(spec.side("ad")) + len(spec.side("context")))
     reader = TargetReader(
-        candidate_dim, seq.dim, seq.heads, seq.queries, seq.n_recent, d, attributes, spec.age_buckets, match=True
+        candidate_dim,
+        seq.dim,
+        seq.heads,
+        seq.queries,
+        seq.n_recent,
+        d,
+        attributes,
+        spec.age_buckets,
+        match=True,
+        match_kinds=2 + len(attributes),
+        action_buckets=spec.action_buckets,
     )
     timelines = _timelines(users, length, impressions)
     m, n_events = timelines.n_impressions, users * length
@@ -62,6 +72,7 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
     events = {column: torch.randint(1, buckets, (n_events,)) for column, buckets in attributes.items()}
     candidates = {column: torch.randint(1, buckets, (m,)) for column, buckets in attributes.items()}
     event_items, candidate_items = torch.randint(1, items, (n_events,)), torch.randint(1, items, (m,))
+    minutes, actions = torch.randint(0, 100_000, (n_events,)), torch.randint(0, spec.action_buckets, (n_events,))
 
     def encode() -> None:
         tokens = torch.randn(n_events, seq.dim, requires_grad=True)
@@ -70,7 +81,9 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
     def read() -> None:
         encoded = torch.randn(n_events, seq.dim, requires_grad=True)
         pairs = [(event_items, candidate_items), *((events[c], candidates[c]) for c in attributes)]
-        matches = torch.stack([timelines.matches(e, c) for e, c in pairs], dim=1)
+        matches = Matches.find(
+            timelines, pairs, minutes, torch.zeros(m, dtype=torch.int64), actions, spec.age_buckets, spec.action_buckets
+        )
         out = reader(
             encoded,
             timelines,

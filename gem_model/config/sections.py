@@ -323,15 +323,23 @@ class FeatureSpec:
             self.sequence_table,
             self.sequence_feature,
             *self.sequence_side_columns,
+            self.event_minutes_key,
             *self.timeline_keys,
         )
 
     @property
-    def timeline_keys(self) -> tuple[str, str, str]:
+    def event_minutes_key(self) -> str:
+        """Per event: whole minutes before the instant its timeline's ages count to (not embedded: the timeline arch
+        subtracts an impression's own minutes to get how long before the impression the event happened)."""
+        return "seq_minutes"
+
+    @property
+    def timeline_keys(self) -> tuple[str, str, str, str]:
         """The per-row keys that place each impression row in its timeline (`gem_model.modules.timeline`): 1 where a
         row starts a timeline (its events ride on that row), how many of the timeline's events the impression may
-        read, and the impression's own age bucket before the instant its events' ages count to."""
-        return ("timeline_start", "visible", "target_age_idx")
+        read, the impression's own age bucket before the instant its events' ages count to, and its whole minutes
+        before that instant."""
+        return ("timeline_start", "visible", "target_age_idx", "target_minutes")
 
     @property
     def domain(self) -> SparseFeature:

@@ -164,8 +164,16 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
             lengths.append(lens)
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
-    one = np.ones(n, dtype=np.int64)
-    for key, per_row in zip(spec.timeline_keys, (one, seq_lengths, np.zeros(n, dtype=np.int64)), strict=True):
+    keys.append(spec.event_minutes_key)
+    lengths.append(seq_lengths)
+    if seq_lengths.any():
+        if EVENT_TS_COLUMN not in names:
+            raise ValueError(f"the sequence needs its timestamps, column {EVENT_TS_COLUMN}; rebuild the feature table")
+        stamps = _micros(pc.list_flatten(table.column(EVENT_TS_COLUMN)))
+        instant = _micros(table.column("ts")) if "ts" in names else _end_of_day(table.column("ds"))
+        values.append(_oldest_first(_minutes_before(instant, stamps, seq_lengths), seq_lengths))
+    one, zero = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for key, per_row in zip(spec.timeline_keys, (one, seq_lengths, zero, zero), strict=True):
         keys.append(key)
         values.append(per_row)
         lengths.append(one)
@@ -178,6 +186,23 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
 # Per-impression list columns of gold.user_timelines beside the ad and context features' `<name>_idx`.
 VISIBLE_COLUMN = "visible"
 TARGET_AGE_COLUMN = "target_age_idx"
+EVENT_TS_COLUMN = "seq_ts"
+_MICROS_A_MINUTE, _MICROS_A_DAY = 60_000_000, 86_400_000_000
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Microseconds since the epoch (UTC) of a timestamp column, or of a list column's values."""
+    return pc.cast(column, pa.timestamp("us", "UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _end_of_day(ds: pa.ChunkedArray) -> np.ndarray:
+    """Microseconds since the epoch of the midnight (UTC) after each row's day: a day's timeline's instant."""
+    return (pc.cast(ds, pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64) + 1) * _MICROS_A_DAY
+
+
+def _minutes_before(instant: np.ndarray, stamps: np.ndarray, per_row: np.ndarray) -> np.ndarray:
+    """Whole minutes from each of `stamps` (microseconds, `per_row` of them to each row) to its row's instant."""
+    return (np.repeat(instant, per_row) - stamps) // _MICROS_A_MINUTE
 
 
 def timelines_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
@@ -224,12 +249,21 @@ def timelines_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
         keys.append(key)
         values.append(ids)
         lengths.append(on_first_rows)
+    instant = _end_of_day(table.column("ds"))
+    stamps = _micros(pc.list_flatten(table.column(EVENT_TS_COLUMN)))
+    on_first_rows = np.zeros(n, dtype=np.int64)
+    on_first_rows[first] = event_lengths
+    keys.append(spec.event_minutes_key)
+    values.append(_minutes_before(instant, stamps, event_lengths))
+    lengths.append(on_first_rows)
     starts = np.zeros(n, dtype=np.int64)
     starts[first] = 1
     target_age, per_row = _jagged(table.column(TARGET_AGE_COLUMN))
     if not np.array_equal(per_row, counts):
         raise ValueError(f"column {TARGET_AGE_COLUMN} is not aligned with {VISIBLE_COLUMN}; rebuild the table")
-    for key, per_impression in zip(spec.timeline_keys, (starts, visible, target_age), strict=True):
+    impression_ts = _micros(pc.list_flatten(table.column("ts")))
+    target_minutes = _minutes_before(instant, impression_ts, counts)
+    for key, per_impression in zip(spec.timeline_keys, (starts, visible, target_age, target_minutes), strict=True):
         keys.append(key)
         values.append(per_impression)
         lengths.append(one)
@@ -320,13 +354,14 @@ class TimelineStream:
         self.filter = ds_filter(start, end)
         self.per_user = ["user_id", "ds", *(f.idx_column for f in spec.side("user"))]
         self.per_impression = [
+            "ts",
             *(c for c in KEY_COLUMNS if c not in ("user_id", "ds")),
             *LABEL_COLUMNS,
             *(f.idx_column for f in spec.features if f.side != "user"),
             VISIBLE_COLUMN,
             TARGET_AGE_COLUMN,
         ]
-        self.per_event = [spec.sequence_idx_column, *spec.sequence_side_columns]
+        self.per_event = [spec.sequence_idx_column, *spec.sequence_side_columns, EVENT_TS_COLUMN]
         names = set(self.dataset.schema.names)
         missing = [c for c in (*self.per_user, *self.per_impression, *self.per_event) if c not in names]
         if missing:

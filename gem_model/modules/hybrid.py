@@ -22,7 +22,7 @@ from torch import nn
 from gem_model.config import FeatureSpec, ModelConfig
 from gem_model.modules.mlp import mlp
 from gem_model.modules.sparse_arch import SparseOutput
-from gem_model.modules.timeline import EventTokenizer, TargetReader, TimelineEncoder
+from gem_model.modules.timeline import EventTokenizer, Matches, TargetReader, TimelineEncoder
 from gem_model.modules.wukong import wukong_layer
 
 
@@ -73,6 +73,8 @@ class HybridArch(nn.Module):
                 attribute_buckets={column: spec.sequence_side_columns[column] for column in self.attributes},
                 age_buckets=spec.age_buckets,
                 match=seq.match_candidate,
+                match_kinds=2 + len(self.attributes),
+                action_buckets=spec.action_buckets,
             )
             n_summary = self.reader.n_tokens
         self.out_dim = (n_out + n_summary) * d
@@ -91,7 +93,15 @@ class HybridArch(nn.Module):
         if self.config.sequence.match_candidate:
             pairs = [(sparse.seq_ids, sparse.candidate_item)]
             pairs += [(sparse.seq_side[column], sparse.candidate_side[column]) for column in self.attributes]
-            matches = torch.stack([timelines.matches(events, candidate) for events, candidate in pairs], dim=1)
+            matches = Matches.find(
+                timelines,
+                pairs,
+                sparse.seq_minutes,
+                sparse.target_minutes,
+                sparse.seq_side[self.spec.action_idx_column],
+                self.spec.age_buckets,
+                self.spec.action_buckets,
+            )
         summary = self.reader(
             encoded,
             timelines,

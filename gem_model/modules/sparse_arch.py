@@ -31,8 +31,10 @@ class SparseOutput:
     seq_values: torch.Tensor  # [L, D] item embeddings of the timelines' events, oldest first per timeline
     seq_ids: torch.Tensor  # [L] int64 the events' item rows, aligned with seq_values
     seq_side: dict[str, torch.Tensor]  # side column -> [L] int64 ids, aligned with seq_values
+    seq_minutes: torch.Tensor  # [L] int64 each event's minutes before its timeline's instant
     timelines: Timelines  # which events each row may read
     target_age: torch.Tensor  # [B] int64 age bucket of each impression
+    target_minutes: torch.Tensor  # [B] int64 each impression's minutes before its timeline's instant
     candidate_item: torch.Tensor  # [B] int64 the target ad's item row (0 where absent)
     # attribute side column -> [B] the target ad's ids in the same buckets as the events' (0 where absent)
     candidate_side: dict[str, torch.Tensor]
@@ -47,7 +49,7 @@ class SparseArch(nn.Module):
     def __init__(self, spec: FeatureSpec, embedding_dim: int, device: torch.device | None = None) -> None:
         super().__init__()
         self.spec = spec
-        self.splits = [len(spec.pooled_features), 2, len(spec.sequence_side_columns), len(spec.timeline_keys)]
+        self.splits = [len(spec.pooled_features), 2, len(spec.sequence_side_columns) + 1, len(spec.timeline_keys)]
         self.ebc = EmbeddingBagCollection(
             tables=[
                 EmbeddingBagConfig(
@@ -82,14 +84,16 @@ class SparseArch(nn.Module):
         target, seq = items[self.spec.sequence_table], items[self.spec.sequence_feature]
         pooled[self.spec.sequence_table] = target.to_padded_dense(desired_length=1).squeeze(1)
         side = side_in.to_dict()
-        start, visible, target_age = (timeline_in[key].values() for key in self.spec.timeline_keys)
+        start, visible, target_age, target_minutes = (timeline_in[key].values() for key in self.spec.timeline_keys)
         return SparseOutput(
             pooled=pooled,
             seq_values=seq.values(),
             seq_ids=item_in[self.spec.sequence_feature].values().long(),
             seq_side={name: side[name].values() for name in self.spec.sequence_side_columns},
+            seq_minutes=side[self.spec.event_minutes_key].values().long(),
             timelines=Timelines.from_rows(seq.lengths().long(), start, visible.long()),
             target_age=target_age.long(),
+            target_minutes=target_minutes.long(),
             candidate_item=item_in[self.spec.sequence_table].to_padded_dense(1, padding_value=0).squeeze(1).long(),
             candidate_side={
                 column: pooled_in[name].to_padded_dense(1, padding_value=0).squeeze(1)

@@ -99,21 +99,23 @@ class Timelines:
         picked = values.index_select(0, index).view(-1, n, values.shape[1])
         return picked * (place >= 0).unsqueeze(2).to(values.dtype)
 
-    def matches(self, event_ids: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
-        """[M] how many of each impression's visible events carry its candidate's id (event_ids [L], candidate_ids
-        [M]; id 0, missing, matches nothing). Events sorted once by (timeline, id, position) and each impression's
-        range found by binary search: O((L + M) log L), no impression x event product."""
+    def matches(self, event_ids: torch.Tensor, candidate_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per impression, of its visible events that carry its candidate's id (event_ids [L], candidate_ids [M]; id
+        0, missing, matches nothing): how many there are [M], and the newest one's index in the events [M] (-1 for
+        none). Events sorted once by (timeline, id, position) and each impression's range found by binary search:
+        O((L + M) log L), no impression x event product."""
         timeline = torch.repeat_interleave(
             torch.arange(self.first_rows.numel(), device=event_ids.device), self.event_offsets.diff()
         )
         position = torch.arange(event_ids.numel(), device=event_ids.device) - self.event_offsets[:-1][timeline]
         span = int(self.event_offsets.diff().max()) + 1 if event_ids.numel() else 1
         ids = int(torch.cat([event_ids, candidate_ids]).max()) + 1 if self.n_impressions else 1
-        key = (timeline * ids + event_ids) * span + position
-        sorted_keys = torch.sort(key).values
+        sorted_keys, order = torch.sort((timeline * ids + event_ids) * span + position)
         base = (self.timeline_of() * ids + candidate_ids) * span
-        count = torch.searchsorted(sorted_keys, base + self.visible) - torch.searchsorted(sorted_keys, base)
-        return count * (candidate_ids > 0)
+        end = torch.searchsorted(sorted_keys, base + self.visible)
+        count = (end - torch.searchsorted(sorted_keys, base)) * (candidate_ids > 0)
+        newest = order.index_select(0, (end - 1).clamp(min=0)) if event_ids.numel() else end
+        return count, torch.where(count > 0, newest, -1)
 
 
 class EventTokenizer(nn.Module):
@@ -137,6 +139,51 @@ class EventTokenizer(nn.Module):
                 )
             tokens = tokens + table(ids)
         return tokens
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Per impression and kind of match (any visible event, one sharing the candidate's item, or one of its
+    attributes): how many visible events match [M, K], the newest one's age bucket before the impression [M, K]
+    (`age_buckets` for none) and its action [M, K] (`action_buckets` for none)."""
+
+    counts: torch.Tensor
+    age: torch.Tensor
+    action: torch.Tensor
+
+    @classmethod
+    def find(
+        cls,
+        timelines: Timelines,
+        pairs: list[tuple[torch.Tensor, torch.Tensor]],
+        event_minutes: torch.Tensor,
+        target_minutes: torch.Tensor,
+        event_actions: torch.Tensor,
+        age_buckets: int,
+        action_buckets: int,
+    ) -> Matches:
+        """Any visible event, then each (event ids [L], candidate ids [M]) pair's matches (`Timelines.matches`).
+        event_minutes [L] and target_minutes [M] count back from the timeline's instant, so an event's age before
+        an impression is their difference; event_actions [L] are the events' action rows."""
+        last = timelines.first_event() + timelines.visible - 1
+        counts, newest = [timelines.visible], [torch.where(timelines.visible > 0, last, -1)]
+        for events, candidates in pairs:
+            count, index = timelines.matches(events, candidates)
+            counts.append(count)
+            newest.append(index)
+        index = torch.stack(newest, dim=1)  # [M, K]
+        found = index >= 0
+        if event_minutes.numel() == 0:
+            none = torch.zeros_like(index)
+            return cls(torch.stack(counts, dim=1), none + age_buckets, none + action_buckets)
+        safe = index.clamp(min=0)
+        gap = (event_minutes[safe] - target_minutes.unsqueeze(1)).clamp(min=0)
+        age = torch.floor(torch.log2(1.0 + gap.double())).long().clamp(max=age_buckets - 1)
+        return cls(
+            torch.stack(counts, dim=1),
+            torch.where(found, age, age_buckets),
+            torch.where(found, event_actions[safe], action_buckets),
+        )
 
 
 class CausalBlock(nn.Module):
@@ -185,11 +232,13 @@ class TimelineEncoder(nn.Module):
 class TargetReader(nn.Module):
     """Per impression: `n_queries` queries from the candidate [M, C] (its ad and context embeddings) attend over
     its visible encoded events; with the mean and the `n_recent` newest visible events, projected to the
-    embedding dim D, and (with `match`) a token of the match counts, gated into [M, n_tokens, D].
+    embedding dim D, and (with `match`) a token of the matches, gated into [M, n_tokens, D].
 
     With `match`, `attribute_rows[c]` embeds item attribute c (one table, row 0 = missing, zero): the candidate's
     row joins its queries and each event's row its keys, so q.k rises where an event's attributes equal the
-    candidate's; `attribute_buckets` maps each attribute's event column to its rows."""
+    candidate's; `attribute_buckets` maps each attribute's event column to its rows. The match token sums, for
+    each of `match_kinds` kinds of match (`Matches`), a map of the count of matching visible events and learned
+    rows for the newest one's age before the impression and its action."""
 
     def __init__(
         self,
@@ -202,6 +251,8 @@ class TargetReader(nn.Module):
         attribute_buckets: dict[str, int],
         age_buckets: int,
         match: bool,
+        match_kinds: int = 0,
+        action_buckets: int = 0,
     ) -> None:
         super().__init__()
         self.dim, self.heads, self.n_queries, self.n_recent = dim, heads, n_queries, n_recent
@@ -216,7 +267,11 @@ class TargetReader(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, embedding_dim)
-        self.match = nn.Linear(1 + len(attribute_buckets), embedding_dim) if match else None
+        self.match = nn.Linear(match_kinds, embedding_dim) if match else None
+        # Per kind of match, a row per age bucket and per action of its newest event, and one for "none".
+        self.ages, self.actions = age_buckets + 1, action_buckets + 1
+        self.match_age = nn.Embedding(match_kinds * self.ages, embedding_dim) if match else None
+        self.match_action = nn.Embedding(match_kinds * self.actions, embedding_dim) if match else None
         self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
 
     def forward(
@@ -227,11 +282,11 @@ class TargetReader(nn.Module):
         target_age: torch.Tensor,
         event_attributes: dict[str, torch.Tensor],
         candidate_attributes: dict[str, torch.Tensor],
-        match_counts: torch.Tensor | None,
+        matches: Matches | None,
     ) -> torch.Tensor:
         """encoded [L, Ds]; candidate [M, C]; target_age [M] each impression's age bucket; event_attributes /
-        candidate_attributes: column -> [L] / [M] attribute rows; match_counts [M, 1 + A] (item, then each
-        attribute of `attribute_rows`), None without `match`."""
+        candidate_attributes: column -> [L] / [M] attribute rows; `matches` of `match_kinds` kinds, None without
+        `match`."""
         m, n_q, heads, head_dim = timelines.n_impressions, self.n_queries, self.heads, self.dim // self.heads
         keys = self.key_norm(encoded)
         queries = self.query(candidate) + self.query_age(target_age)  # [M, n_q * Ds]
@@ -239,9 +294,10 @@ class TargetReader(nn.Module):
             keys = keys + table(event_attributes[column])
             queries = queries + table(candidate_attributes[column]).repeat(1, n_q)
         k, v = self.kv(keys).view(-1, 2, heads, head_dim).unbind(1)
+        q = queries.to(k.dtype).view(m * n_q, heads, head_dim)  # under autocast the embeddings' sum stays fp32
         longest = timelines.impression_offsets.diff()
         read = target_attention(
-            queries.to(k.dtype).view(m * n_q, heads, head_dim),  # under autocast the embeddings' sum stays fp32
+            q,
             timelines.impression_offsets * n_q,
             k.contiguous(),
             v.contiguous(),
@@ -260,7 +316,13 @@ class TargetReader(nn.Module):
         )
         tokens = self.proj(parts)
         if self.match is not None:
-            if match_counts is None:
-                raise ValueError("a TargetReader with `match` needs the match counts")
-            tokens = torch.cat([tokens, self.match(torch.log1p(match_counts.to(tokens.dtype))).unsqueeze(1)], dim=1)
+            if matches is None:
+                raise ValueError("a TargetReader with `match` needs the matches")
+            kinds = torch.arange(matches.counts.shape[1], device=tokens.device)
+            token = (
+                self.match(torch.log1p(matches.counts.to(tokens.dtype)))
+                + self.match_age(kinds * self.ages + matches.age).sum(1)
+                + self.match_action(kinds * self.actions + matches.action).sum(1)
+            )
+            tokens = torch.cat([tokens, token.unsqueeze(1)], dim=1)
         return torch.sigmoid(self.gate(tokens.flatten(1))).unsqueeze(2) * tokens

@@ -182,7 +182,14 @@ def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns(
     spec = FeatureSpec()
     category = spec.by_name("category").buckets
     assert spec.sequence_side_columns == {"seq_action_idx": 16, "seq_age_idx": 16, "seq_category_idx": category}
-    assert spec.kjt_keys[-4:] == ("seq_category_idx", "timeline_start", "visible", "target_age_idx")
+    assert spec.kjt_keys[-6:] == (
+        "seq_category_idx",
+        "seq_minutes",
+        "timeline_start",
+        "visible",
+        "target_age_idx",
+        "target_minutes",
+    )
     assert FeatureSpec(sequence_item_attributes=()).sequence_side_columns.keys() == {"seq_action_idx", "seq_age_idx"}
     with pytest.raises(ValueError, match="'country' is not an ad attribute"):
         FeatureSpec(sequence_item_attributes=("country",))

@@ -37,6 +37,7 @@ def _timeline(i: int) -> dict:
         seq_action_idx=[1] * events,
         seq_age_idx=[2] * events,
         seq_category_idx=[3] * events,
+        seq_ts=[datetime(2026, 11, 1, 1) + timedelta(minutes=30 * e) for e in range(events)],
         **{f.idx_column: i % f.buckets for f in SPEC.side("user")},
         **per_impression,
     )
@@ -137,7 +138,16 @@ def test_ds_filter_selects_days(spark, tmp_path):
 
 
 def test_kjt_is_jagged_for_sequences_and_empty_for_absent_features():
-    table = pa.table({"ad_id_idx": [3, 4], "seq_item_idx": [[1, 2, 3], []], "seq_action_idx": [[5, 6, 7], []]})
+    noon = datetime(2026, 11, 1, 12)
+    table = pa.table(
+        {
+            "ad_id_idx": [3, 4],
+            "seq_item_idx": [[1, 2, 3], []],
+            "seq_action_idx": [[5, 6, 7], []],
+            "ts": [noon, noon],
+            "seq_ts": [[noon - timedelta(minutes=m) for m in (1, 30, 90)], []],
+        }
+    )
     kjt = features_to_kjt(table, SPEC)
     assert kjt.keys() == list(SPEC.kjt_keys)
     jts = kjt.to_dict()
@@ -148,7 +158,8 @@ def test_kjt_is_jagged_for_sequences_and_empty_for_absent_features():
     assert jts["seq_age_idx"].lengths().tolist() == [0, 0]
     assert jts["user_id"].lengths().tolist() == [0, 0]
     # Each row starts its timeline, sees all its events, and is the instant its events' ages count to.
-    assert [jts[key].values().tolist() for key in SPEC.timeline_keys] == [[1, 1], [3, 0], [0, 0]]
+    assert [jts[key].values().tolist() for key in SPEC.timeline_keys] == [[1, 1], [3, 0], [0, 0], [0, 0]]
+    assert jts["seq_minutes"].values().tolist() == [90, 30, 1]  # minutes before the impression, oldest first
 
 
 def test_misaligned_sequence_side_column_is_an_error():

@@ -142,12 +142,13 @@ def _alone(timelines: pa.Table, spec, row: int, impression: int, events: int | N
     (its visible ones by default)."""
     one = timelines.slice(row, 1).to_pylist()[0]
     seen = one["visible"][impression] if events is None else events
-    for column in (spec.sequence_idx_column, *spec.sequence_side_columns):
+    for column in (spec.sequence_idx_column, *spec.sequence_side_columns, "seq_ts"):
         one[column] = one[column][:seen]
     for f in spec.features:
         if f.side != "user":
             one[f.idx_column] = [one[f.idx_column][impression]]
-    one["visible"], one["target_age_idx"] = [one["visible"][impression]], [one["target_age_idx"][impression]]
+    for column in ("visible", "target_age_idx", "ts"):
+        one[column] = [one[column][impression]]
     return pa.Table.from_pylist([one], schema=timelines.schema)
 
 
@@ -178,7 +179,7 @@ def test_an_impressions_logits_ignore_every_event_at_or_after_it_and_use_every_o
     n_events = len(one[SPEC.sequence_idx_column])
     assert n_events >= 6
     visible = [0, 2, n_events // 2, n_events - 1]  # four impressions of one ad at four times
-    one |= {"visible": visible, "target_age_idx": [1] * 4}
+    one |= {"visible": visible, "target_age_idx": [1] * 4, "ts": [one["ts"][0]] * 4}
     for f in SPEC.features:
         if f.side != "user":
             one[f.idx_column] = one[f.idx_column][:1] * 4
@@ -192,3 +193,13 @@ def test_an_impressions_logits_ignore_every_event_at_or_after_it_and_use_every_o
                 assert not torch.equal(logits[i], base[i]), (event, i)
             else:
                 torch.testing.assert_close(logits[i], base[i], rtol=0, atol=0, msg=f"event {event}, impression {i}")
+
+
+def test_the_towers_train_on_the_embeddings_without_moving_them():
+    """The retrieval loss reaches the towers, not the shared tables (the ranking loss owns those)."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, CFG.model)
+    out = model(features_to_kjt(_batch(8), SPEC))
+    (out.user_embedding * out.ad_embedding).sum().backward()
+    assert all(p.grad is None for p in model.sparse_arch.parameters())
+    assert all(p.grad is not None for p in (*model.user_tower.parameters(), *model.ad_tower.parameters()))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gem_model.modules.timeline import TargetReader, TimelineEncoder, Timelines
+from gem_model.modules.timeline import Matches, TargetReader, TimelineEncoder, Timelines
 
 DIM, HEADS, D = 8, 2, 6
 # Three timelines over six impression rows: 4 events and 3 impressions, none and 1, 5 and 2.
@@ -65,7 +65,22 @@ def test_matches_count_the_visible_events_that_share_the_candidates_id():
         sum(int(event_ids[j] == c) for j in r) if c > 0 else 0 for r, c in zip(_visible_rows(t), candidates.tolist())
     ]
     assert expected == [0, 1, 0, 0, 3, 1]
-    assert t.matches(event_ids, candidates).tolist() == expected
+    count, newest = t.matches(event_ids, candidates)
+    assert count.tolist() == expected
+    assert newest.tolist() == [-1, 0, -1, -1, 6, 8]  # the newest visible match's index in the events
+
+
+def test_matches_give_each_kinds_newest_event_its_age_before_the_impression_and_its_action():
+    t = _timelines()
+    event_ids = torch.tensor([3, 1, 3, 0, 2, 2, 2, 0, 7])
+    minutes = torch.tensor([900, 700, 300, 100, 1000, 500, 40, 20, 10])  # before the timeline's instant
+    target_minutes = torch.tensor([1000, 600, 50, 0, 30, 0])
+    actions = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    found = Matches.find(t, [(event_ids, torch.tensor([3, 3, 0, 2, 2, 7]))], minutes, target_minutes, actions, 8, 16)
+    # Kind 0, any visible event: impression 1 sees events 0-1 (newest 1, 700 - 600 = 100 minutes: bucket 6).
+    assert found.counts.tolist() == [[0, 0], [2, 1], [4, 0], [0, 0], [3, 3], [5, 1]]
+    assert found.age.tolist() == [[8, 8], [6, 7], [5, 8], [8, 8], [3, 3], [3, 3]]  # 300 minutes: capped at 7
+    assert found.action.tolist() == [[16, 16], [2, 1], [4, 16], [16, 16], [7, 7], [9, 9]]
 
 
 def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
@@ -73,13 +88,16 @@ def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
     encoder = TimelineEncoder(DIM, HEADS, layers=2, window=2)
     reader = TargetReader(
         candidate_dim=5, dim=DIM, heads=HEADS, n_queries=2, n_recent=2, embedding_dim=D,
-        attribute_buckets={"seq_category_idx": 4}, age_buckets=3, match=True,
+        attribute_buckets={"seq_category_idx": 4}, age_buckets=3, match=True, match_kinds=2, action_buckets=5,
     )  # fmt: skip
     return encoder.eval(), reader.eval()
 
 
 def _read(encoder, reader, tokens, t, attributes, candidate, candidate_attributes):
-    counts = t.matches(attributes, candidate_attributes).unsqueeze(1).repeat(1, 2)
+    minutes = torch.arange(attributes.numel(), 0, -1) * 100
+    matches = Matches.find(
+        t, [(attributes, candidate_attributes)], minutes, torch.zeros(6, dtype=torch.int64), attributes, 3, 5
+    )
     return reader(
         encoder(tokens, t),
         t,
@@ -87,7 +105,7 @@ def _read(encoder, reader, tokens, t, attributes, candidate, candidate_attribute
         torch.tensor([0, 1, 2, 0, 1, 2]),
         {"seq_category_idx": attributes},
         {"seq_category_idx": candidate_attributes},
-        counts,
+        matches,
     )
 
 
