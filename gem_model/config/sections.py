@@ -328,6 +328,16 @@ class FeatureSpec:
         )
 
     @property
+    def event_ts_column(self) -> str:
+        """Per event: its timestamp, aligned with `seq_item_idx` (the loader measures ages from it)."""
+        return "seq_ts"
+
+    @property
+    def sequence_columns(self) -> tuple[str, ...]:
+        """Every per-event column a reader of a feature table needs: the item rows, the side columns, the times."""
+        return (self.sequence_idx_column, *self.sequence_side_columns, self.event_ts_column)
+
+    @property
     def event_minutes_key(self) -> str:
         """Per event: whole minutes before the instant its timeline's ages count to (not embedded: the timeline arch
         subtracts an impression's own minutes to get how long before the impression the event happened)."""

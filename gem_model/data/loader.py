@@ -167,9 +167,12 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
     keys.append(spec.event_minutes_key)
     lengths.append(seq_lengths)
     if seq_lengths.any():
-        if EVENT_TS_COLUMN not in names:
-            raise ValueError(f"the sequence needs its timestamps, column {EVENT_TS_COLUMN}; rebuild the feature table")
-        stamps = _micros(pc.list_flatten(table.column(EVENT_TS_COLUMN)))
+        if spec.event_ts_column not in names:
+            raise ValueError(
+                f"the sequence needs its timestamps, column {spec.event_ts_column}; read it with the sequence "
+                "(FeatureSpec.sequence_columns)"
+            )
+        stamps = _micros(pc.list_flatten(table.column(spec.event_ts_column)))
         instant = _micros(table.column("ts")) if "ts" in names else _end_of_day(table.column("ds"))
         values.append(_oldest_first(_minutes_before(instant, stamps, seq_lengths), seq_lengths))
     one, zero = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
@@ -186,7 +189,6 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
 # Per-impression list columns of gold.user_timelines beside the ad and context features' `<name>_idx`.
 VISIBLE_COLUMN = "visible"
 TARGET_AGE_COLUMN = "target_age_idx"
-EVENT_TS_COLUMN = "seq_ts"
 _MICROS_A_MINUTE, _MICROS_A_DAY = 60_000_000, 86_400_000_000
 
 
@@ -250,7 +252,7 @@ def timelines_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
         values.append(ids)
         lengths.append(on_first_rows)
     instant = _end_of_day(table.column("ds"))
-    stamps = _micros(pc.list_flatten(table.column(EVENT_TS_COLUMN)))
+    stamps = _micros(pc.list_flatten(table.column(spec.event_ts_column)))
     on_first_rows = np.zeros(n, dtype=np.int64)
     on_first_rows[first] = event_lengths
     keys.append(spec.event_minutes_key)
@@ -361,7 +363,7 @@ class TimelineStream:
             VISIBLE_COLUMN,
             TARGET_AGE_COLUMN,
         ]
-        self.per_event = [spec.sequence_idx_column, *spec.sequence_side_columns, EVENT_TS_COLUMN]
+        self.per_event = list(spec.sequence_columns)
         names = set(self.dataset.schema.names)
         missing = [c for c in (*self.per_user, *self.per_impression, *self.per_event) if c not in names]
         if missing:

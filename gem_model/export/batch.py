@@ -45,7 +45,7 @@ class ScoringInput:
 def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) -> dict[str, ScoringInput]:
     spec = loaded.config.features
     user, ad = ([f.idx_column for f in spec.side(side)] for side in ("user", "ad"))
-    sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
+    sequence = list(spec.sequence_columns)
     examples = open_delta(paths.table("gold.training_examples"), spec=spec)
     day = ds_filter(ds, ds + timedelta(days=1))
     if examples.count_rows(filter=day) == 0:
@@ -59,7 +59,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
         "user_embeddings": ScoringInput(
             pads.dataset(users, format="parquet"),
             None,
-            ["user_id", *user, *sequence],
+            ["user_id", "ds", *user, *sequence],
             lambda m, t, d: score_embeddings(m, t, "user_id", d),
         ),
         "ad_embeddings": ScoringInput(
@@ -71,7 +71,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
         "teacher_logits": ScoringInput(
             examples,
             day,
-            ["impression_id", "user_id", "ad_id", "surface", *(f.idx_column for f in spec.features), *sequence],
+            ["impression_id", "user_id", "ad_id", "surface", "ts", *(f.idx_column for f in spec.features), *sequence],
             score_impressions,
         ),
     }
