@@ -19,6 +19,7 @@ event up once (`Timelines.from_rows`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -72,15 +73,32 @@ class Timelines:
     def n_impressions(self) -> int:
         return self.visible.numel()
 
-    def timeline_of(self) -> torch.Tensor:
-        """[M] each impression's timeline."""
+    # The layouts below are read by every per-impression part of a forward: computed once per batch.
+    @cached_property
+    def _impression_timeline(self) -> torch.Tensor:
         return torch.repeat_interleave(
             torch.arange(self.first_rows.numel(), device=self.visible.device), self.impression_offsets.diff()
         )
 
+    @cached_property
+    def _first_event(self) -> torch.Tensor:
+        return self.event_offsets[:-1].index_select(0, self._impression_timeline)
+
+    @cached_property
+    def _event_places(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """([L] each event's timeline, [L] its position in it, the longest timeline + 1)."""
+        lengths = self.event_offsets.diff()
+        timeline = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+        position = torch.arange(timeline.numel(), device=lengths.device) - self.event_offsets[:-1][timeline]
+        return timeline, position, int(lengths.max()) + 1 if timeline.numel() else 1
+
+    def timeline_of(self) -> torch.Tensor:
+        """[M] each impression's timeline."""
+        return self._impression_timeline
+
     def first_event(self) -> torch.Tensor:
         """[M] where each impression's timeline begins in the batch's events."""
-        return self.event_offsets[:-1].index_select(0, self.timeline_of())
+        return self._first_event
 
     def visible_mean(self, values: torch.Tensor) -> torch.Tensor:
         """[M, D] the mean of each impression's visible events' values [L, D] (zeros where none is visible), from
@@ -104,11 +122,7 @@ class Timelines:
         0, missing, matches nothing): how many there are [M], and the newest one's index in the events [M] (-1 for
         none). Events sorted once by (timeline, id, position) and each impression's range found by binary search:
         O((L + M) log L), no impression x event product."""
-        timeline = torch.repeat_interleave(
-            torch.arange(self.first_rows.numel(), device=event_ids.device), self.event_offsets.diff()
-        )
-        position = torch.arange(event_ids.numel(), device=event_ids.device) - self.event_offsets[:-1][timeline]
-        span = int(self.event_offsets.diff().max()) + 1 if event_ids.numel() else 1
+        timeline, position, span = self._event_places
         ids = int(torch.cat([event_ids, candidate_ids]).max()) + 1 if self.n_impressions else 1
         sorted_keys, order = torch.sort((timeline * ids + event_ids) * span + position)
         base = (self.timeline_of() * ids + candidate_ids) * span
