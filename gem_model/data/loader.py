@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -188,6 +188,8 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
 
 # Per-impression list columns of gold.user_timelines beside the ad and context features' `<name>_idx`.
 VISIBLE_COLUMN = "visible"
+# Timelines read from a file at once by scoring: a bound on memory, each holding up to max_seq_len events.
+TIMELINE_READ = 64
 TARGET_AGE_COLUMN = "target_age_idx"
 _MICROS_A_MINUTE, _MICROS_A_DAY = 60_000_000, 86_400_000_000
 
@@ -289,10 +291,36 @@ def _assign(sized: list[tuple[pads.Fragment, int]], world_size: int) -> list[lis
     return shards
 
 
+def timeline_columns(spec: FeatureSpec, labels: bool) -> tuple[list[str], list[str], list[str]]:
+    """The columns of `gold.user_timelines` the model reads (with `labels`, the labels too): (per user, per
+    impression, per event)."""
+    per_user = ["user_id", "ds", *(f.idx_column for f in spec.side("user"))]
+    per_impression = [
+        "ts",
+        *(c for c in KEY_COLUMNS if c not in ("user_id", "ds")),
+        *(LABEL_COLUMNS if labels else ()),
+        *(f.idx_column for f in spec.features if f.side != "user"),
+        VISIBLE_COLUMN,
+        TARGET_AGE_COLUMN,
+    ]
+    return per_user, per_impression, list(spec.sequence_columns)
+
+
+def impressions_in(fragment: pads.Fragment, filter: pc.Expression | None) -> int:
+    """The impressions of a fragment of `gold.user_timelines` (its rows are timelines)."""
+    visible = fragment.to_table(columns=[VISIBLE_COLUMN], filter=filter).column(VISIBLE_COLUMN)
+    return int(pc.sum(pc.list_value_length(visible)).as_py() or 0)
+
+
 def rank_fragments(
-    dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int
-) -> list[pads.Fragment]:
-    """This rank's share of `dataset`'s row groups (each a fragment), balanced by rows, same on every rank."""
+    dataset: pads.Dataset,
+    filter: pc.Expression | None,
+    rank: int,
+    world_size: int,
+    size: Callable[[pads.Fragment, pc.Expression | None], int] | None = None,
+) -> list[tuple[pads.Fragment, int]]:
+    """This rank's share of `dataset`'s row groups (each a fragment) with their sizes, balanced by size (rows,
+    or `size`: `impressions_in` for timelines), the same on every rank."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
     row_groups = [
@@ -300,20 +328,51 @@ def rank_fragments(
         for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
         for rg in f.split_by_row_group(filter=filter)
     ]
-    sized = [(rg, rg.count_rows(filter=filter)) for rg in row_groups]
-    return [fragment for fragment, _ in _assign(sized, world_size)[rank]]
+    sized = [(rg, size(rg, filter) if size else rg.count_rows(filter=filter)) for rg in row_groups]
+    return _assign(sized, world_size)[rank]
 
 
 def scan_rank(
     dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int, columns: list[str], batch_rows: int
 ) -> Iterator[pa.Table]:
     """This rank's rows of `dataset` in tables of at most `batch_rows` rows, read row group by row group."""
-    for fragment in rank_fragments(dataset, filter, rank, world_size):
+    for fragment, _ in rank_fragments(dataset, filter, rank, world_size):
         for record_batch in fragment.to_batches(
             schema=dataset.schema, columns=columns, filter=filter, batch_size=batch_rows
         ):
             if record_batch.num_rows:
                 yield pa.Table.from_batches([record_batch])
+
+
+def scan_rank_timelines(
+    dataset: pads.Dataset,
+    filter: pc.Expression | None,
+    rank: int,
+    world_size: int,
+    columns: list[str],
+    impressions: int,
+) -> Iterator[pa.Table]:
+    """This rank's whole timelines of `gold.user_timelines` in tables of at most `impressions` impressions (a
+    timeline holding more comes alone), row groups balanced by impressions across ranks. Read `TIMELINE_READ`
+    timelines at a time, so memory is bounded by a chunk however long the histories."""
+    pending: list[pa.Table] = []
+    size = 0
+    for fragment, _ in rank_fragments(dataset, filter, rank, world_size, impressions_in):
+        for record_batch in fragment.to_batches(
+            schema=dataset.schema, columns=columns, filter=filter, batch_size=TIMELINE_READ
+        ):
+            counts = pc.list_value_length(record_batch.column(VISIBLE_COLUMN)).to_numpy()
+            start = 0
+            for end, count in enumerate(counts):
+                if size and size + count > impressions:
+                    head = pa.Table.from_batches([record_batch.slice(start, end - start)])
+                    yield pa.concat_tables([*pending, head])
+                    pending, size, start = [], 0, end
+                size += int(count)
+            if start < record_batch.num_rows:
+                pending.append(pa.Table.from_batches([record_batch.slice(start)]))
+    if size:
+        yield pa.concat_tables(pending)
 
 
 @dataclass
@@ -354,16 +413,7 @@ class TimelineStream:
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.dataset = open_delta(path, version, spec)
         self.filter = ds_filter(start, end)
-        self.per_user = ["user_id", "ds", *(f.idx_column for f in spec.side("user"))]
-        self.per_impression = [
-            "ts",
-            *(c for c in KEY_COLUMNS if c not in ("user_id", "ds")),
-            *LABEL_COLUMNS,
-            *(f.idx_column for f in spec.features if f.side != "user"),
-            VISIBLE_COLUMN,
-            TARGET_AGE_COLUMN,
-        ]
-        self.per_event = list(spec.sequence_columns)
+        self.per_user, self.per_impression, self.per_event = timeline_columns(spec, labels=True)
         names = set(self.dataset.schema.names)
         missing = [c for c in (*self.per_user, *self.per_impression, *self.per_event) if c not in names]
         if missing:
@@ -371,14 +421,10 @@ class TimelineStream:
         self.per_impression += [c for c in TRUTH_COLUMNS if c in names]
         self.columns = [*self.per_user, *self.per_impression, *self.per_event]
         fragments = sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path)
-        self.fragments = _assign([(f, self._impressions(f)) for f in fragments], world_size)
+        self.fragments = _assign([(f, impressions_in(f, self.filter)) for f in fragments], world_size)
         self.total_rows = sum(n for shard in self.fragments for _, n in shard)
         if self.total_rows == 0:
             raise ValueError(f"no impressions in {path} for ds in [{start}, {end}); check the partitions exist")
-
-    def _impressions(self, fragment: pads.Fragment) -> int:
-        visible = fragment.to_table(columns=[VISIBLE_COLUMN], filter=self.filter).column(VISIBLE_COLUMN)
-        return int(pc.sum(pc.list_value_length(visible)).as_py() or 0)
 
     @property
     def rank_rows(self) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from gem_model.config import FeatureSpec
+from gem_model.data.loader import VISIBLE_COLUMN, timeline_columns
 
 
 def random_examples(spec: FeatureSpec, n: int, seed: int = 0, max_len: int = 40) -> pa.Table:
@@ -60,3 +61,17 @@ def random_timelines(
     cols["ds"] = [date(2026, 11, 1)] * n
     cols["target_age_idx"] = [list(rng.integers(0, spec.age_buckets, k)) for k in impressions]
     return pa.table(cols)
+
+
+def impression_alone(timelines: pa.Table, spec: FeatureSpec, row: int, impression: int) -> pa.Table:
+    """Impression `impression` of timeline row `row` of `timelines` as a timeline of its own, holding only the
+    events it sees."""
+    one = timelines.slice(row, 1).to_pylist()[0]
+    seen = one[VISIBLE_COLUMN][impression]
+    _, per_impression, per_event = timeline_columns(spec, labels=True)
+    for column in per_event:
+        one[column] = one[column][:seen]
+    for column in per_impression:
+        if column in one:
+            one[column] = [one[column][impression]]
+    return pa.Table.from_pylist([one], schema=timelines.schema)

@@ -11,7 +11,7 @@ from gem_model.data.loader import features_to_kjt, timelines_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
-from gem_model.testing.examples import random_examples, random_timelines
+from gem_model.testing.examples import impression_alone, random_examples, random_timelines
 
 CFG = GemConfig()
 SPEC = CFG.features
@@ -137,21 +137,6 @@ def test_model_config_errors_name_the_field(bad, match):
         GemConfig.from_dict({"model": bad})
 
 
-def _alone(timelines: pa.Table, spec, row: int, impression: int, events: int | None = None) -> pa.Table:
-    """Impression `impression` of timeline row `row` as a timeline of its own, holding its first `events` events
-    (its visible ones by default)."""
-    one = timelines.slice(row, 1).to_pylist()[0]
-    seen = one["visible"][impression] if events is None else events
-    for column in (spec.sequence_idx_column, *spec.sequence_side_columns, "seq_ts"):
-        one[column] = one[column][:seen]
-    for f in spec.features:
-        if f.side != "user":
-            one[f.idx_column] = [one[f.idx_column][impression]]
-    for column in ("visible", "target_age_idx", "ts"):
-        one[column] = [one[column][impression]]
-    return pa.Table.from_pylist([one], schema=timelines.schema)
-
-
 @pytest.mark.parametrize("ablation", ABLATIONS[:1] + ABLATIONS[3:5])
 def test_a_timeline_gives_each_impression_the_logits_it_gets_with_only_its_visible_events(ablation):
     """Encoded once per user: each impression of a batch of timelines scores as if it were alone with the events
@@ -163,7 +148,7 @@ def test_a_timeline_gives_each_impression_the_logits_it_gets_with_only_its_visib
     at = 0
     for row, visible in enumerate(timelines.column("visible").to_pylist()):
         for i in range(len(visible)):
-            alone = model.logits(timelines_to_kjt(_alone(timelines, SPEC, row, i), SPEC))
+            alone = model.logits(timelines_to_kjt(impression_alone(timelines, SPEC, row, i), SPEC))
             torch.testing.assert_close(alone, together[at : at + 1], rtol=1e-5, atol=1e-5)
             at += 1
     assert at == together.shape[0] > 5
