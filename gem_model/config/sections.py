@@ -411,8 +411,9 @@ class SequenceConfig:
     """Newest visible events that join the summary beside their mean."""
     match_candidate: bool = True
     """Embed each item attribute into the impression's queries and the events' keys (one table), so an event that
-    shares the candidate's attributes scores high, and add a token of the counts of visible events that share
-    the candidate's item and attributes."""
+    shares the candidate's attributes scores high, and add the match tokens: per kind of match (any visible event,
+    one sharing the candidate's item or an attribute, and each of those per action), the count of matching visible
+    events and the newest one's age and decayed recency."""
 
     def __post_init__(self) -> None:
         validate(self, "model.sequence")

@@ -75,6 +75,7 @@ class HybridArch(nn.Module):
                 match=seq.match_candidate,
                 match_kinds=2 + len(self.attributes),
                 action_buckets=spec.action_buckets,
+                action_kinds=(1 + len(self.attributes)) * spec.action_buckets,
             )
             n_summary = self.reader.n_tokens
         self.out_dim = (n_out + n_summary) * d
@@ -91,14 +92,24 @@ class HybridArch(nn.Module):
         encoded = self.encoder(self.tokenizer(sparse.seq_values, sparse.seq_side), timelines)
         matches = None
         if self.config.sequence.match_candidate:
-            pairs = [(sparse.seq_ids, sparse.candidate_item)]
-            pairs += [(sparse.seq_side[column], sparse.candidate_side[column]) for column in self.attributes]
+            actions, n_actions = sparse.seq_side[self.spec.action_idx_column], self.spec.action_buckets
+            keyed = [(sparse.seq_ids, sparse.candidate_item)]
+            keyed += [(sparse.seq_side[column], sparse.candidate_side[column]) for column in self.attributes]
+            pairs = list(keyed)
+            # Then per key and action, a kind of its own: the visible events of that action that share the
+            # candidate's item or attribute (an add-to-cart in the ad's category).
+            for event, candidate in keyed:
+                event_action = torch.where(event > 0, event * n_actions + actions, 0)
+                pairs += [
+                    (event_action, torch.where(candidate > 0, candidate * n_actions + action, 0))
+                    for action in range(n_actions)
+                ]
             matches = Matches.find(
                 timelines,
                 pairs,
                 sparse.seq_minutes,
                 sparse.target_minutes,
-                sparse.seq_side[self.spec.action_idx_column],
+                actions,
                 self.spec.age_buckets,
                 self.spec.action_buckets,
             )

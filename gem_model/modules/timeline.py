@@ -155,15 +155,22 @@ class EventTokenizer(nn.Module):
         return tokens
 
 
+# Time constants (minutes) of the newest match's decayed recency: an hour, six hours, a day, a week.
+DECAY_MINUTES = (60.0, 360.0, 1440.0, 10080.0)
+
+
 @dataclass(frozen=True)
 class Matches:
-    """Per impression and kind of match (any visible event, one sharing the candidate's item, or one of its
-    attributes): how many visible events match [M, K], the newest one's age bucket before the impression [M, K]
-    (`age_buckets` for none) and its action [M, K] (`action_buckets` for none)."""
+    """Per impression and kind of match (any visible event, one sharing the candidate's item or one of its
+    attributes, one of those of a given action): how many visible events match [M, K], the newest one's age
+    bucket before the impression [M, K] (`age_buckets` for none), its action [M, K] (`action_buckets` for none)
+    and its decayed recency exp(-minutes before the impression / tau) for each tau of `DECAY_MINUTES` [M, K, T]
+    (0 for none): the shape of an interest that fades, exact where the log2 buckets are coarse."""
 
     counts: torch.Tensor
     age: torch.Tensor
     action: torch.Tensor
+    decay: torch.Tensor
 
     @classmethod
     def find(
@@ -189,14 +196,18 @@ class Matches:
         found = index >= 0
         if event_minutes.numel() == 0:
             none = torch.zeros_like(index)
-            return cls(torch.stack(counts, dim=1), none + age_buckets, none + action_buckets)
+            decay = torch.zeros(*index.shape, len(DECAY_MINUTES), device=index.device)
+            return cls(torch.stack(counts, dim=1), none + age_buckets, none + action_buckets, decay)
         safe = index.clamp(min=0)
         gap = (event_minutes[safe] - target_minutes.unsqueeze(1)).clamp(min=0)
         age = torch.floor(torch.log2(1.0 + gap.double())).long().clamp(max=age_buckets - 1)
+        tau = torch.tensor(DECAY_MINUTES, dtype=torch.float64, device=gap.device)
+        decay = torch.exp(-gap.double().unsqueeze(2) / tau) * found.unsqueeze(2)
         return cls(
             torch.stack(counts, dim=1),
             torch.where(found, age, age_buckets),
             torch.where(found, event_actions[safe], action_buckets),
+            decay.float(),
         )
 
 
@@ -251,8 +262,10 @@ class TargetReader(nn.Module):
     With `match`, `attribute_rows[c]` embeds item attribute c (one table, row 0 = missing, zero): the candidate's
     row joins its queries and each event's row its keys, so q.k rises where an event's attributes equal the
     candidate's; `attribute_buckets` maps each attribute's event column to its rows. The match token sums, for
-    each of `match_kinds` kinds of match (`Matches`), a map of the count of matching visible events and learned
-    rows for the newest one's age before the impression and its action."""
+    each of the first `match_kinds` kinds of match (`Matches`), maps of the count of matching visible events and
+    of the newest one's decayed recency, and learned rows for its age bucket and its action. The `action_kinds`
+    kinds after them (a kind per action: "an add-to-cart in the candidate's category") make a token of their own
+    from their counts and decayed recency alone."""
 
     def __init__(
         self,
@@ -267,10 +280,12 @@ class TargetReader(nn.Module):
         match: bool,
         match_kinds: int = 0,
         action_buckets: int = 0,
+        action_kinds: int = 0,
     ) -> None:
         super().__init__()
         self.dim, self.heads, self.n_queries, self.n_recent = dim, heads, n_queries, n_recent
-        self.n_tokens = n_queries + 1 + n_recent + int(match)
+        self.n_tokens = n_queries + 1 + n_recent + int(match) + int(match and action_kinds > 0)
+        self.match_kinds = match_kinds
         attribute_buckets = attribute_buckets if match else {}
         self.query = nn.Linear(candidate_dim, n_queries * dim)
         self.query_age = nn.Embedding(age_buckets, n_queries * dim)
@@ -281,11 +296,14 @@ class TargetReader(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, embedding_dim)
-        self.match = nn.Linear(match_kinds, embedding_dim) if match else None
+        self.match = nn.Linear(match_kinds * (1 + len(DECAY_MINUTES)), embedding_dim) if match else None
         # Per kind of match, a row per age bucket and per action of its newest event, and one for "none".
         self.ages, self.actions = age_buckets + 1, action_buckets + 1
         self.match_age = nn.Embedding(match_kinds * self.ages, embedding_dim) if match else None
         self.match_action = nn.Embedding(match_kinds * self.actions, embedding_dim) if match else None
+        self.action_match = (
+            nn.Linear(action_kinds * (1 + len(DECAY_MINUTES)), embedding_dim) if match and action_kinds else None
+        )
         self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
 
     def forward(
@@ -332,11 +350,17 @@ class TargetReader(nn.Module):
         if self.match is not None:
             if matches is None:
                 raise ValueError("a TargetReader with `match` needs the matches")
-            kinds = torch.arange(matches.counts.shape[1], device=tokens.device)
-            token = (
-                self.match(torch.log1p(matches.counts.to(tokens.dtype)))
-                + self.match_age(kinds * self.ages + matches.age).sum(1)
-                + self.match_action(kinds * self.actions + matches.action).sum(1)
-            )
-            tokens = torch.cat([tokens, token.unsqueeze(1)], dim=1)
+            k = self.match_kinds
+            kinds = torch.arange(k, device=tokens.device)
+            # [M, K, 1 + T]: each kind's log count and decayed recency.
+            values = torch.cat([torch.log1p(matches.counts.to(tokens.dtype)).unsqueeze(2), matches.decay], dim=2)
+            values = values.to(tokens.dtype)
+            found = [
+                self.match(values[:, :k].flatten(1))
+                + self.match_age(kinds * self.ages + matches.age[:, :k]).sum(1)
+                + self.match_action(kinds * self.actions + matches.action[:, :k]).sum(1)
+            ]
+            if self.action_match is not None:
+                found.append(self.action_match(values[:, k:].flatten(1)))
+            tokens = torch.cat([tokens, torch.stack(found, dim=1)], dim=1)
         return torch.sigmoid(self.gate(tokens.flatten(1))).unsqueeze(2) * tokens

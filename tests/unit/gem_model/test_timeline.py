@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gem_model.modules.timeline import Matches, TargetReader, TimelineEncoder, Timelines
+from gem_model.modules.timeline import DECAY_MINUTES, Matches, TargetReader, TimelineEncoder, Timelines
 
 DIM, HEADS, D = 8, 2, 6
 # Three timelines over six impression rows: 4 events and 3 impressions, none and 1, 5 and 2.
@@ -81,6 +81,12 @@ def test_matches_give_each_kinds_newest_event_its_age_before_the_impression_and_
     assert found.counts.tolist() == [[0, 0], [2, 1], [4, 0], [0, 0], [3, 3], [5, 1]]
     assert found.age.tolist() == [[8, 8], [6, 7], [5, 8], [8, 8], [3, 3], [3, 3]]  # 300 minutes: capped at 7
     assert found.action.tolist() == [[16, 16], [2, 1], [4, 16], [16, 16], [7, 7], [9, 9]]
+    # Decayed recency exp(-minutes / tau) per tau, 0 where nothing matches: impression 1's any-event match is
+    # 100 minutes old, its item match (event 0) 300.
+    tau = torch.tensor(DECAY_MINUTES, dtype=torch.float64)
+    torch.testing.assert_close(found.decay[1].double(), torch.stack([torch.exp(-100 / tau), torch.exp(-300 / tau)]))
+    assert found.decay.shape == (6, 2, len(DECAY_MINUTES))
+    assert not found.decay[0].any() and not found.decay[2, 1].any()
 
 
 def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
@@ -89,6 +95,7 @@ def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
     reader = TargetReader(
         candidate_dim=5, dim=DIM, heads=HEADS, n_queries=2, n_recent=2, embedding_dim=D,
         attribute_buckets={"seq_category_idx": 4}, age_buckets=3, match=True, match_kinds=2, action_buckets=5,
+        action_kinds=1,
     )  # fmt: skip
     return encoder.eval(), reader.eval()
 
@@ -96,8 +103,8 @@ def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
 def _read(encoder, reader, tokens, t, attributes, candidate, candidate_attributes):
     minutes = torch.arange(attributes.numel(), 0, -1) * 100
     matches = Matches.find(
-        t, [(attributes, candidate_attributes)], minutes, torch.zeros(6, dtype=torch.int64), attributes, 3, 5
-    )
+        t, [(attributes, candidate_attributes)] * 2, minutes, torch.zeros(6, dtype=torch.int64), attributes, 3, 5
+    )  # the second pair as a kind of the action token
     return reader(
         encoder(tokens, t),
         t,
