@@ -98,12 +98,11 @@ class HybridArch(nn.Module):
             pairs = list(keyed)
             # Then per key and action, a kind of its own: the visible events of that action that share the
             # candidate's item or attribute (an add-to-cart in the ad's category).
+            every_action = torch.arange(n_actions, device=actions.device)
             for event, candidate in keyed:
                 event_action = torch.where(event > 0, event * n_actions + actions, 0)
-                pairs += [
-                    (event_action, torch.where(candidate > 0, candidate * n_actions + action, 0))
-                    for action in range(n_actions)
-                ]
+                with_action = candidate.unsqueeze(1) * n_actions + every_action  # [M, n_actions]: one sort for all
+                pairs.append((event_action, torch.where(candidate.unsqueeze(1) > 0, with_action, 0)))
             matches = Matches.find(
                 timelines,
                 pairs,

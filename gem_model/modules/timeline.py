@@ -118,17 +118,18 @@ class Timelines:
         return picked * (place >= 0).unsqueeze(2).to(values.dtype)
 
     def matches(self, event_ids: torch.Tensor, candidate_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per impression, of its visible events that carry its candidate's id (event_ids [L], candidate_ids [M]; id
-        0, missing, matches nothing): how many there are [M], and the newest one's index in the events [M] (-1 for
-        none). Events sorted once by (timeline, id, position) and each impression's range found by binary search:
-        O((L + M) log L), no impression x event product."""
+        """Per impression, of its visible events that carry its candidate's id (event_ids [L], candidate_ids [M] or
+        [M, C], C ids an impression; id 0, missing, matches nothing): how many there are, and the newest one's index
+        in the events (-1 for none), each shaped like candidate_ids. Events sorted once by (timeline, id, position)
+        and each impression's range found by binary search: O(L log L + M C log L), no impression x event product."""
         timeline, position, span = self._event_places
-        ids = int(torch.cat([event_ids, candidate_ids]).max()) + 1 if self.n_impressions else 1
+        ids = int(torch.cat([event_ids, candidate_ids.flatten()]).max()) + 1 if self.n_impressions else 1
         sorted_keys, order = torch.sort((timeline * ids + event_ids) * span + position)
-        base = (self.timeline_of() * ids + candidate_ids) * span
-        end = torch.searchsorted(sorted_keys, base + self.visible)
+        per_row = (-1,) + (1,) * (candidate_ids.dim() - 1)
+        base = (self.timeline_of().view(per_row) * ids + candidate_ids) * span
+        end = torch.searchsorted(sorted_keys, base + self.visible.view(per_row))
         count = (end - torch.searchsorted(sorted_keys, base)) * (candidate_ids > 0)
-        newest = order.index_select(0, (end - 1).clamp(min=0)) if event_ids.numel() else end
+        newest = order[(end - 1).clamp(min=0)] if event_ids.numel() else end
         return count, torch.where(count > 0, newest, -1)
 
 
@@ -183,28 +184,29 @@ class Matches:
         age_buckets: int,
         action_buckets: int,
     ) -> Matches:
-        """Any visible event, then each (event ids [L], candidate ids [M]) pair's matches (`Timelines.matches`).
-        event_minutes [L] and target_minutes [M] count back from the timeline's instant, so an event's age before
-        an impression is their difference; event_actions [L] are the events' action rows."""
+        """Any visible event, then each (event ids [L], candidate ids [M] or [M, C]) pair's matches, C kinds for one
+        sort of the events (`Timelines.matches`). event_minutes [L] and target_minutes [M] count back from the
+        timeline's instant, so an event's age before an impression is their difference; event_actions [L] are the
+        events' action rows."""
         last = timelines.first_event() + timelines.visible - 1
-        counts, newest = [timelines.visible], [torch.where(timelines.visible > 0, last, -1)]
+        counts, newest = [timelines.visible.unsqueeze(1)], [torch.where(timelines.visible > 0, last, -1).unsqueeze(1)]
         for events, candidates in pairs:
             count, index = timelines.matches(events, candidates)
-            counts.append(count)
-            newest.append(index)
-        index = torch.stack(newest, dim=1)  # [M, K]
+            counts.append(count.view(timelines.n_impressions, -1))
+            newest.append(index.view(timelines.n_impressions, -1))
+        counts, index = torch.cat(counts, dim=1), torch.cat(newest, dim=1)  # [M, K]
         found = index >= 0
         if event_minutes.numel() == 0:
             none = torch.zeros_like(index)
             decay = torch.zeros(*index.shape, len(DECAY_MINUTES), device=index.device)
-            return cls(torch.stack(counts, dim=1), none + age_buckets, none + action_buckets, decay)
+            return cls(counts, none + age_buckets, none + action_buckets, decay)
         safe = index.clamp(min=0)
         gap = (event_minutes[safe] - target_minutes.unsqueeze(1)).clamp(min=0)
         age = torch.floor(torch.log2(1.0 + gap.double())).long().clamp(max=age_buckets - 1)
         tau = torch.tensor(DECAY_MINUTES, dtype=torch.float64, device=gap.device)
         decay = torch.exp(-gap.double().unsqueeze(2) / tau) * found.unsqueeze(2)
         return cls(
-            torch.stack(counts, dim=1),
+            counts,
             torch.where(found, age, age_buckets),
             torch.where(found, event_actions[safe], action_buckets),
             decay.float(),

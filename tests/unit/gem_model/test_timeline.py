@@ -68,6 +68,12 @@ def test_matches_count_the_visible_events_that_share_the_candidates_id():
     count, newest = t.matches(event_ids, candidates)
     assert count.tolist() == expected
     assert newest.tolist() == [-1, 0, -1, -1, 6, 8]  # the newest visible match's index in the events
+    # Several ids an impression, one sort: column by column as if asked one at a time.
+    other = torch.tensor([1, 2, 3, 7, 0, 2])
+    counts, newests = t.matches(event_ids, torch.stack([candidates, other], dim=1))
+    for column, ids in enumerate((candidates, other)):
+        one_count, one_newest = t.matches(event_ids, ids)
+        assert one_count.tolist() == counts[:, column].tolist() and one_newest.tolist() == newests[:, column].tolist()
 
 
 def test_matches_give_each_kinds_newest_event_its_age_before_the_impression_and_its_action():
