@@ -412,8 +412,8 @@ class SequenceConfig:
     match_candidate: bool = True
     """Embed each item attribute into the impression's queries and the events' keys (one table), so an event that
     shares the candidate's attributes scores high, and add the match tokens: per kind of match (any visible event,
-    one sharing the candidate's item or an attribute, and each of those per action), the count of matching visible
-    events and the newest one's age and decayed recency."""
+    one sharing the candidate's item or an attribute, and each of those per action), the count and share of
+    matching visible events and the newest one's age and decayed recency."""
 
     def __post_init__(self) -> None:
         validate(self, "model.sequence")

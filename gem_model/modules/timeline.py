@@ -264,10 +264,11 @@ class TargetReader(nn.Module):
     With `match`, `attribute_rows[c]` embeds item attribute c (one table, row 0 = missing, zero): the candidate's
     row joins its queries and each event's row its keys, so q.k rises where an event's attributes equal the
     candidate's; `attribute_buckets` maps each attribute's event column to its rows. The match token sums, for
-    each of the first `match_kinds` kinds of match (`Matches`), maps of the count of matching visible events and
-    of the newest one's decayed recency, and learned rows for its age bucket and its action. The `action_kinds`
-    kinds after them (a kind per action: "an add-to-cart in the candidate's category") make a token of their own
-    from their counts and decayed recency alone."""
+    each of the first `match_kinds` kinds of match (`Matches`), maps of the count of matching visible events, their
+    share of the visible events (how much of the user's history is like the candidate: attention, normalised over
+    the visible events, does not say it) and the newest one's decayed recency, and learned rows for its age bucket
+    and its action. The `action_kinds` kinds after them (a kind per action: "an add-to-cart in the candidate's
+    category") make a token of their own from their counts, shares and decayed recency alone."""
 
     def __init__(
         self,
@@ -298,13 +299,13 @@ class TargetReader(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, embedding_dim)
-        self.match = nn.Linear(match_kinds * (1 + len(DECAY_MINUTES)), embedding_dim) if match else None
+        self.match = nn.Linear(match_kinds * (2 + len(DECAY_MINUTES)), embedding_dim) if match else None
         # Per kind of match, a row per age bucket and per action of its newest event, and one for "none".
         self.ages, self.actions = age_buckets + 1, action_buckets + 1
         self.match_age = nn.Embedding(match_kinds * self.ages, embedding_dim) if match else None
         self.match_action = nn.Embedding(match_kinds * self.actions, embedding_dim) if match else None
         self.action_match = (
-            nn.Linear(action_kinds * (1 + len(DECAY_MINUTES)), embedding_dim) if match and action_kinds else None
+            nn.Linear(action_kinds * (2 + len(DECAY_MINUTES)), embedding_dim) if match and action_kinds else None
         )
         self.gate = nn.Linear(self.n_tokens * embedding_dim, self.n_tokens)
 
@@ -354,8 +355,10 @@ class TargetReader(nn.Module):
                 raise ValueError("a TargetReader with `match` needs the matches")
             k = self.match_kinds
             kinds = torch.arange(k, device=tokens.device)
-            # [M, K, 1 + T]: each kind's log count and decayed recency.
-            values = torch.cat([torch.log1p(matches.counts.to(tokens.dtype)).unsqueeze(2), matches.decay], dim=2)
+            # [M, K, 2 + T]: each kind's log count, its share of the visible events and decayed recency.
+            counts = matches.counts.to(tokens.dtype)
+            share = counts / timelines.visible.clamp(min=1).unsqueeze(1).to(tokens.dtype)
+            values = torch.cat([torch.log1p(counts).unsqueeze(2), share.unsqueeze(2), matches.decay], dim=2)
             values = values.to(tokens.dtype)
             found = [
                 self.match(values[:, :k].flatten(1))
