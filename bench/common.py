@@ -27,7 +27,7 @@ from torch.utils.flop_counter import (
 
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.config import GemConfig
-from gem_model.data.loader import ExampleStream
+from gem_model.data.loader import TimelineStream
 from gem_model.models.gem import GemModel
 from gem_model.models.train_wrapper import GemTrain
 from gem_model.paths import GemPaths
@@ -76,18 +76,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr": {"model": {"architecture": "lr"}, "train": {"retrieval_weight": 0.0}},
     "gem-no-wukong": {"model": {"use_wukong": False}},
     "gem-no-sequence": {"model": {"use_sequence": False}},
-    # The events without the default's mark of where they match the target ad.
+    # The events without the match signal (attributes in queries and keys, the match counts' token).
     "gem-no-match": {"model": {"sequence": {"match_candidate": False}}},
-    # The research options (model.experimental), one at a time over the default: InterFormer's exchange at
-    # every layer (the default until the match rows made it level, docs/MODEL.md) and Kunlun's parts.
-    "gem-interleaving": {"model": {"experimental": {"interleave": True}}},
-    # Its removal, for the earlier ablations rerun over an interleaved --config.
-    "gem-no-interleaving": {"model": {"experimental": {"interleave": False}}},
-    "gem-window16": {"model": {"experimental": {"attention_window": 16}}},
-    "gem-gelu": {"model": {"experimental": {"attention_activation": "gelu"}}},
-    "gem-gdpa-pffn": {"model": {"experimental": {"interleave": True, "pffn": "gdpa"}}},
-    "gem-hsp": {"model": {"experimental": {"seed_pooling": True}}},
-    "gem-hsp-comp-skip": {"model": {"experimental": {"seed_pooling": True, "comp_skip": True}}},
+    # Sliding-window encoding: each event attends to the 64 before it.
+    "gem-window64": {"model": {"sequence": {"window": 64}}},
+    # The research option (model.experimental): Kunlun's Mixture of Wukong Experts.
     "gem-wukong-experts2": {"model": {"experimental": {"wukong_experts": 2}}},
 }
 
@@ -122,7 +115,7 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
             "--config",
             str(config_file),
             "--data",
-            str(paths.table("gold.training_examples")),
+            str(paths.table("gold.user_timelines")),
             "--data-version",
             str(data_version),
             "--model-dir",
@@ -134,7 +127,7 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
     manifest = json.loads((model_dir / "manifest.json").read_text())
     if (trained_on := manifest["training_data"]["delta_version"]) != data_version:
         raise SystemExit(
-            f"{model_dir} was trained on Delta version {trained_on} of gold.training_examples and the "
+            f"{model_dir} was trained on Delta version {trained_on} of gold.user_timelines and the "
             f"table is at version {data_version} now, so its metrics are not this lake's: move the "
             "directory aside to retrain it, or use the GEM_HOME of the lake it was trained on"
         )
@@ -142,8 +135,8 @@ def train(variant: GemConfig, paths: GemPaths, version: str, data_version: int) 
 
 
 def dense_flops_per_example(cfg: GemConfig, paths: GemPaths) -> float:
-    stream = ExampleStream(
-        paths.table("gold.training_examples"), cfg.features, cfg.train.batch_size, end=cfg.world.holdout_start
+    stream = TimelineStream(
+        paths.table("gold.user_timelines"), cfg.features, cfg.train.batch_size, end=cfg.world.holdout_start
     )
     batch = next(iter(stream))
     torch.manual_seed(0)

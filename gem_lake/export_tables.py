@@ -36,7 +36,7 @@ from gem_model.paths import GemPaths
 
 def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds: date, out: Path, files: int) -> int:
     """Write the users' scoring input for `ds` to `out` (Parquet); returns its row count."""
-    sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
+    sequence = list(spec.sequence_columns)
     for table in ("silver.user_features", "gold.user_sequences"):
         require_mapping(paths.table(table), spec.mapping, reader=True)
     users = read_table(spark, paths.table("silver.user_features")).select(
@@ -47,7 +47,8 @@ def write_user_input(spark: SparkSession, paths: GemPaths, spec: FeatureSpec, ds
         .where(F.col("ds") == F.lit(ds))
         .select("user_id", *sequence)
     )
-    df = users.join(sequences, "user_id", "left").repartition(files, "user_id")
+    # The day names the instant the sequences' ages count to: its end (a user without a sequence has it too).
+    df = users.join(sequences, "user_id", "left").withColumn("ds", F.lit(ds)).repartition(files, "user_id")
     df.write.mode("overwrite").parquet(str(out))
     return spark.read.parquet(str(out)).count()
 

@@ -164,6 +164,41 @@ SEQ_CATEGORY = Column(
 )
 
 
+def per_impression(column: Column) -> Column:
+    """An impression's `column` as gold.user_timelines holds it: an array aligned with its `impression_id`."""
+    return dataclasses.replace(column, type=f"array<{column.type}>")
+
+
+TIMELINE_IMPRESSIONS = (
+    Column(
+        "impression_id",
+        "array<string>",
+        "the user's impressions of `ds` in time order (ties by id); every array but the `seq_*` ones is aligned "
+        "with it",
+    ),
+    *(per_impression(c) for c in (IMPRESSION[1], *IMPRESSION[4:], HOUR_OF_DAY)),
+    Column(
+        "visible",
+        "array<int>",
+        "how many of the events each impression sees: positions 0 to `visible - 1` of the `seq_*` arrays, the "
+        "events strictly before its `ts`",
+    ),
+    Column(
+        "target_age_idx",
+        "array<bigint>",
+        "each impression's age before the end of `ds`, bucketed like `seq_age_idx`: the instant the events' ages "
+        "count to",
+    ),
+)
+TIMELINE_EVENTS = (
+    Column(
+        "seq_item_ids",
+        "array<bigint>",
+        "the items of the user's events that an impression of `ds` sees (`visible`), oldest first",
+    ),
+    *sequence("before the end of `ds`")[1:],
+)
+
 SEQUENCE_NOTES = "one `seq_<attribute>_idx` per `FeatureSpec.sequence_item_attributes` (default `category`)"
 EMBEDDING = (MODEL_VERSION, Column("ds", "date", "the day scored"))
 
@@ -273,6 +308,33 @@ CONTRACT: dict[str, TableContract] = {
         notes="every `bronze.impressions` column (a dataset's extras included); the user and ad attributes of "
         "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per "
         f"feature; {SEQUENCE_NOTES}",
+    ),
+    "gold.user_timelines": TableContract(
+        "one row per user with impressions on `ds`: the user's features, the day's impressions with their ad and "
+        "context features, and the user's events once, oldest first: those before the last impression (of those "
+        "before the first, the newest `max_seq_len`), each impression seeing the ones before its `ts`",
+        (
+            USER_ID,
+            Column("ds", "date", "the day of the impressions"),
+            Column("impression_count", "int", "the user's impressions that day: the length of `impression_id`"),
+            *TIMELINE_IMPRESSIONS,
+            *TIMELINE_EVENTS,
+            idx("user_id"),
+            per_impression(idx("ad_id")),
+            per_impression(idx("surface")),
+            *optional(
+                *USER_ATTRIBUTES,
+                *(per_impression(c) for c in TRUE_RATES),
+                *(idx(c.name) for c in USER_ATTRIBUTES),
+                *(per_impression(idx(c.name)) for c in (*AD_ATTRIBUTES, POSITION, HOUR_OF_DAY)),
+            ),
+            SEQ_CATEGORY,
+        ),
+        ("user_id",),
+        ("ds",),
+        notes="the user attributes of `FeatureSpec.features` (null when the user has no `silver.user_features` "
+        "row) and one `<feature>_idx` per feature (a value for a user feature; for an ad or context feature, an "
+        f"array aligned with `impression_id`); {SEQUENCE_NOTES}",
     ),
     "gold.user_embeddings": TableContract(
         "each user's embedding from one model version on one day",

@@ -26,6 +26,7 @@ from gem_lake.features.build import (
     build_silver,
     build_training_examples,
     build_user_sequences,
+    build_user_timelines,
     land_bronze,
     landing_policy,
 )
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                 timed(f"{table} [{day}]", lambda t=table, d=day: land_bronze(spark, cfg, paths, t, d, policy))
             timed(f"gold.user_sequences [{day}]", lambda d=day: build_user_sequences(spark, cfg, paths, d))
             timed(f"gold.training_examples [{day}]", lambda d=day: build_training_examples(spark, cfg, paths, d))
+            timed(f"gold.user_timelines [{day}]", lambda d=day: build_user_timelines(spark, cfg, paths, d))
     spark.stop()
     if empty:
         sys.exit(f"build_features: no rows in {', '.join(empty)}; check the source ({cfg.data.source}) for empty files")

@@ -237,15 +237,15 @@ def _index_day(paths: GemPaths, version: str, ds: date | None, parser: argparse.
 
 
 def _export_day(paths: GemPaths, cfg: GemConfig, ds: date, parser: argparse.ArgumentParser) -> date:
-    """`ds` if it is a day of the calendar with training examples (what scoring reads); a parser error if not."""
+    """`ds` if it is a day of the calendar with user timelines (what scoring reads); a parser error if not."""
     from dagster_project.defs.partitions import daily_partitions
     from gem_lake.delta import partition_days
 
     calendar = daily_partitions(cfg)
-    days = [d for d in partition_days(paths.table("gold.training_examples")) if calendar.has_partition_key(str(d))]
+    days = [d for d in partition_days(paths.table("gold.user_timelines")) if calendar.has_partition_key(str(d))]
     if ds not in days:
         parser.error(
-            f"argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
+            f"argument --ds: {ds} has no data to export; the days with gold.user_timelines rows: "
             f"{_listing(days) or 'none yet (materialise build_features_job for a day first)'}"
         )
     return ds

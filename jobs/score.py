@@ -10,8 +10,9 @@ HOST:29400 --rdzv-id JOB`. Single process: `python -m jobs.score ...`.
 
 Inputs: `--users`, the users' scoring input (silver.user_features joined with gold.user_sequences as of
 `ds`, written by Spark: `gem_lake.export_tables.write_user_input`), `silver.ad_features`, and
-`gold.training_examples` of `ds`. Each rank streams its share of every input's row groups in
-chunks of `export.chunk_rows` (memory is bounded by a chunk, not by the day) and writes
+`gold.user_timelines` of `ds`. Each rank streams its share of every input's row groups in
+chunks of `export.chunk_rows` rows (timelines: whole timelines of at most that many impressions; memory is
+bounded by a chunk, not by the day) and writes
 `<out>/<table>/part-<rank>.parquet` for `user_embeddings`, `ad_embeddings` and
 `teacher_logits`; rank 0 writes `<out>/_SUCCESS.json` (row counts) after every rank finished.
 The export assets commit the parts to their Delta tables, replacing exactly the (model_version,

@@ -3,7 +3,7 @@
 Local, 2 CPU processes (gloo)::
 
     torchrun --standalone --nproc-per-node 2 -m jobs.train --config CONFIG.json \\
-        --data $GEM_HOME/lake/gold/training_examples --data-version 3 --model-dir $GEM_HOME/models/V
+        --data $GEM_HOME/lake/gold/user_timelines --data-version 3 --model-dir $GEM_HOME/models/V
 
 Multi-node: run the same command on each node with `--nnodes N --node-rank I
 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id JOB` instead of `--standalone`
@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
 from gem_model.config import GemConfig
-from gem_model.data.loader import ExampleStream
+from gem_model.data.loader import TimelineStream
 from gem_model.integrity import file_digests
 from gem_model.pipes import open_pipes
 from gem_model.train.trainer import (
@@ -51,7 +51,7 @@ from gem_model.train.trainer import (
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, required=True, help="resolved GemConfig as JSON")
-    parser.add_argument("--data", type=Path, required=True, help="gold.training_examples Delta table path")
+    parser.add_argument("--data", type=Path, required=True, help="gold.user_timelines Delta table path")
     parser.add_argument("--data-version", type=int, required=True, help="Delta version to train on")
     parser.add_argument("--model-dir", type=Path, required=True, help="output: $GEM_HOME/models/<version>")
     return parser.parse_args(argv)
@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> None:
             world_size=env.world_size,
             version=args.data_version,
         )
-        train_stream = ExampleStream(
+        train_stream = TimelineStream(
             **common, start=start, end=holdout, shuffle_buffer=8 * cfg.train.batch_size, seed=cfg.train.seed
         )
-        holdout_stream = ExampleStream(**common, start=holdout)
+        holdout_stream = TimelineStream(**common, start=holdout)
         log(
-            f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training rows from "
-            f"{start or 'the first day'} to before {holdout}, {holdout_stream.total_rows} holdout rows, "
+            f"rank 0 of {env.world_size} ({env.backend}); {train_stream.total_rows} training impressions from "
+            f"{start or 'the first day'} to before {holdout}, {holdout_stream.total_rows} holdout impressions, "
             f"Delta version {args.data_version}"
         )
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                 "created_at": datetime.now(UTC).isoformat(),
                 "config": cfg.to_dict(),
                 "training_data": {
-                    "table": "gold.training_examples",
+                    "table": "gold.user_timelines",
                     "path": str(args.data),
                     "delta_version": args.data_version,
                     "train_days": [str(d) for d in cfg.world.days if (start is None or d >= start) and d < holdout],

@@ -181,7 +181,6 @@ class _GatherPadded(torch.autograd.Function):
 
 def length_buckets(offsets: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Buckets of non-empty rows of similar lengths: (token index [b, n], valid [b, n], lengths [b]), on CPU.
-    Also how the sequence arch batches other per-row work over jagged rows (`GDPAPersonalizedFFN`).
 
     Padding slots of a row re-read its first token; their outputs are discarded and get no gradient.
     """
@@ -359,9 +358,9 @@ def _validate_offsets(
         )
 
 
-def _validate_cross(q: Tensor, k: Tensor, v: Tensor, activation: str, queries: str) -> None:
-    """Checks of an attention whose queries q [`queries`, H, Dh] are not the rows of k, v [L, H, Dh] (seed and
-    target attention); the offsets are checked by `_validate_offsets`."""
+def _validate_cross(q: Tensor, k: Tensor, v: Tensor, activation: str) -> None:
+    """Checks of an attention whose queries q [M, H, Dh] are not the rows of k, v [L, H, Dh] (target attention);
+    the offsets are checked by `_validate_offsets`."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 3:
             shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
@@ -369,9 +368,7 @@ def _validate_cross(q: Tensor, k: Tensor, v: Tensor, activation: str, queries: s
     if k.shape != v.shape:
         raise ValueError(f"v.shape={tuple(v.shape)} must equal k.shape={tuple(k.shape)} ([L, H, Dh])")
     if q.shape[1:] != k.shape[1:]:
-        raise ValueError(
-            f"q.shape={tuple(q.shape)} must be [{queries}, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}"
-        )
+        raise ValueError(f"q.shape={tuple(q.shape)} must be [M, H, Dh] with k's H and Dh, k.shape={tuple(k.shape)}")
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}: they must match")

@@ -6,13 +6,15 @@ see. It returns [M, H, Dh]. With a user's events as the keys, in time order, and
 user as the targets, visible[i] = the events strictly before impression i: the events are encoded once per
 user and every impression reads them, the shape of HSTU's targets (generative-recommenders'
 `num_targets`) for targets that fall at many times. kernel="triton" runs
-`kernels/triton/triton_target_attention.py` (CUDA, or CPU under TRITON_INTERPRET=1); kernel="pytorch" pads
-the rows to [B, max targets, max keys] and runs torch's attention with the prefix mask. The fp32 ground
+`kernels/triton/triton_target_attention.py` (CUDA, or CPU under TRITON_INTERPRET=1); kernel="pytorch" sorts the
+rows by their keys and, per bucket of similar lengths, pads them to [b, max targets, max keys] and runs torch's
+attention with the prefix mask. The fp32 ground
 truth is `kernels/reference/pt_target_attention.py`.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Literal
 
@@ -20,7 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernels.jagged_attention import _KERNELS, _import_triton_kernel, _validate_cross, _validate_offsets
+from kernels.jagged_attention import (
+    _BUCKET_MIN_WIDTH,
+    _BUCKET_RATIO,
+    _KERNELS,
+    _import_triton_kernel,
+    _validate_cross,
+    _validate_offsets,
+)
 from kernels.reference.pt_jagged_attention import POINTWISE
 
 
@@ -48,7 +57,7 @@ def target_attention(
     """
     if kernel not in _KERNELS:
         raise ValueError(f"kernel={kernel!r} is not one of {_KERNELS}; pass 'auto' to choose by device")
-    _validate_cross(q, k, v, activation, queries="M")
+    _validate_cross(q, k, v, activation)
     _validate_offsets(q_offsets, q, max_targets, name="q", bound="max_targets")
     _validate_offsets(kv_offsets, k, max_seq_len, name="k")
     _validate_visible(visible, q_offsets, kv_offsets, q)
@@ -67,7 +76,57 @@ def target_attention(
             activation=activation,
             scale=scale,
         )
-    return _padded_target_attention(q, q_offsets, k, v, kv_offsets, visible, activation=activation, scale=scale)
+    return _bucketed_target_attention(q, q_offsets, k, v, kv_offsets, visible, activation=activation, scale=scale)
+
+
+def _ranges(offsets: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """(the indices of `rows`' values, in row order, [N]; their offsets [len(rows) + 1])."""
+    lengths = offsets.diff().index_select(0, rows)
+    sub = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    owner = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), lengths)
+    place = torch.arange(int(sub[-1]), device=rows.device) - sub[:-1].index_select(0, owner)
+    return offsets[:-1].index_select(0, rows).index_select(0, owner) + place, sub
+
+
+def _bucketed_target_attention(
+    q: Tensor,
+    q_offsets: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kv_offsets: Tensor,
+    visible: Tensor,
+    *,
+    activation: str,
+    scale: float,
+) -> Tensor:
+    """Rows sorted by their keys and padded per bucket of similar lengths (as `kernels.jagged_attention` buckets its
+    rows), so one long row does not pad every other row of the batch to its length."""
+    keys, targets = kv_offsets.diff(), q_offsets.diff()
+    rows = ((keys > 0) & (targets > 0)).nonzero().squeeze(1)
+    out = q.new_zeros(q.shape) + 0 * (q.sum() + k.sum() + v.sum())  # targets that see no key: zeros, connected
+    if rows.numel() == 0:
+        return out
+    rows = rows.index_select(0, torch.sort(keys.index_select(0, rows), stable=True).indices)
+    lengths = keys.index_select(0, rows).tolist()
+    first = 0
+    while first < len(rows):
+        last = bisect.bisect_right(lengths, max(int(_BUCKET_RATIO * lengths[first]), _BUCKET_MIN_WIDTH), lo=first)
+        bucket = rows[first:last]
+        q_index, q_sub = _ranges(q_offsets, bucket)
+        kv_index, kv_sub = _ranges(kv_offsets, bucket)
+        part = _padded_target_attention(
+            q.index_select(0, q_index),
+            q_sub,
+            k.index_select(0, kv_index),
+            v.index_select(0, kv_index),
+            kv_sub,
+            visible.index_select(0, q_index),
+            activation=activation,
+            scale=scale,
+        )
+        out = out.index_copy(0, q_index, part)
+        first = last
+    return out
 
 
 def _padded(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -4,8 +4,8 @@
 
 The model is `--model-version` (default: the `gem` variant bench/research/model_quality.py trained on this
 lake). In the same run it measures, on the day's inputs:
-- naive: one process, one example per forward pass (`score_impressions` on single rows), on a
-  sample of `--naive-rows` impressions;
+- naive: one process, one impression with its own copy of the history per forward pass (rows of
+  `gold.training_examples`), on a sample of `--naive-rows` impressions;
 - `jobs.score` as one process (torch's default threads) and under torchrun with `--nproc`
   ranks of one thread each, end to end (start-up, model load, all three tables);
 - the whole `export_job` of the day through Dagster (user input, scoring, commits, both indexes,
@@ -31,15 +31,17 @@ from gem_model.paths import GemPaths
 
 
 def naive_rows_per_second(paths, version: str, ds: date, rows: int) -> float:
-    from gem_model.data.loader import ds_filter, open_delta
+    import torch
+
+    from gem_model.data.loader import ds_filter, features_to_kjt, open_delta
     from gem_model.export.checkpoint import load_model
-    from gem_model.export.scoring import score_impressions
 
     loaded = load_model(paths.model_dir(version))
     sample = open_delta(paths.table("gold.training_examples")).head(rows, filter=ds_filter(ds, ds + timedelta(days=1)))
     started = time.perf_counter()
-    for i in range(sample.num_rows):
-        score_impressions(loaded, sample.slice(i, 1), ds)
+    with torch.inference_mode(), loaded.autocast():
+        for i in range(sample.num_rows):
+            loaded.model.logits(features_to_kjt(sample.slice(i, 1), loaded.config.features)).float().numpy()
     return sample.num_rows / (time.perf_counter() - started)
 
 

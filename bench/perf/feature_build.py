@@ -7,8 +7,10 @@ Builds the dimensions, then for each day: bronze events and impressions (with qu
 gold.user_sequences and gold.training_examples, into a fresh $GEM_HOME. Throughput counts the
 day's impressions over the wall time of that day's four jobs, divided by the Spark cores. The
 first day is the coldest (shortest histories); later days carry more history per user. Each day
-also reports the bytes its two gold partitions hold on disk (the Parquet files of the partition,
-from the Delta log): every training example carries its own copy of its user's history.
+then builds gold.user_timelines from the same inputs, timed apart (outside the throughput), and
+reports the bytes its three gold partitions hold on disk (the Parquet files of the partition,
+from the Delta log): every training example carries its own copy of its user's history, a
+timeline one copy per user and day.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gem_lake.features.build import (
     build_silver,
     build_training_examples,
     build_user_sequences,
+    build_user_timelines,
     land_bronze,
 )
 from gem_lake.spark.session import build_spark_session
@@ -73,6 +76,8 @@ def main() -> None:
         t2 = time.monotonic()
         examples = build_training_examples(spark, cfg, paths, day)
         t3 = time.monotonic()
+        timelines = build_user_timelines(spark, cfg, paths, day)
+        t4 = time.monotonic()
         imps = landed["bronze.impressions"].rows_in
         days.append(
             {
@@ -80,11 +85,14 @@ def main() -> None:
                 "impressions": imps,
                 "events": landed["bronze.events"].rows_in,
                 "training_examples": examples,
+                "user_timelines": timelines,
                 "bronze_s": round(t1 - t0, 1),
                 "sequences_s": round(t2 - t1, 1),
                 "examples_s": round(t3 - t2, 1),
+                "timelines_s": round(t4 - t3, 1),
                 "sequences_mb": round(partition_bytes(paths.table("gold.user_sequences"), day) / 1e6, 2),
                 "examples_mb": round(partition_bytes(paths.table("gold.training_examples"), day) / 1e6, 2),
+                "timelines_mb": round(partition_bytes(paths.table("gold.user_timelines"), day) / 1e6, 2),
                 "impressions_per_s_per_core": round(imps / (t3 - t0) / cores, 1),
             }
         )

@@ -2,7 +2,7 @@
 
     GEM_HOME=lakehouse-bench-small .venv/bin/python -m bench.perf.loader --preset small  # after feature_build
 
-Streams rank 0's shard of gold.training_examples (world size 2, as under torchrun, with the
+Streams rank 0's shard of gold.user_timelines (world size 2, as under torchrun, with the
 training shuffle buffer) and reports examples per second; then times the training step (forward,
 backward, fused sparse + dense optimizer) of the TorchRec model on `--steps` of those batches in
 a single-process gloo group, and reports examples per second and ms per step. The ratio says how
@@ -20,7 +20,7 @@ import time
 import torch  # noqa: E402
 
 from gem_model.config import GemConfig  # noqa: E402
-from gem_model.data.loader import ExampleStream  # noqa: E402
+from gem_model.data.loader import TimelineStream  # noqa: E402
 from gem_model.paths import GemPaths  # noqa: E402
 from gem_model.train.trainer import _forward, build_sharded_model, init_distributed  # noqa: E402
 
@@ -31,10 +31,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     cfg = GemConfig.from_preset(args.preset)
-    path = GemPaths.from_env().table("gold.training_examples")
+    path = GemPaths.from_env().table("gold.user_timelines")
     bs = cfg.train.batch_size
 
-    stream = ExampleStream(path, cfg.features, bs, rank=0, world_size=2, shuffle_buffer=8 * bs, seed=0)
+    stream = TimelineStream(path, cfg.features, bs, rank=0, world_size=2, shuffle_buffer=8 * bs, seed=0)
     started, rows, batches = time.monotonic(), 0, []
     for batch in stream:
         rows += int(batch.valid.sum())
@@ -49,7 +49,7 @@ def main() -> None:
     times = []
     for batch in batches:
         t0 = time.monotonic()
-        loss, _ = _forward(dmp, batch, env.device)
+        loss, _ = _forward(dmp, batch, env, cfg)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

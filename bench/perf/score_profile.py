@@ -33,10 +33,10 @@ import torch.nn.functional as F
 
 from bench.common import count_flops, matmul_peak
 from gem_model.config import ExportConfig
-from gem_model.data.loader import features_to_kjt, scan_rank
+from gem_model.data.loader import features_to_kjt, timelines_to_kjt
 from gem_model.export.batch import scoring_inputs
 from gem_model.export.checkpoint import load_model
-from gem_model.export.scoring import score_embeddings, score_impressions
+from gem_model.export.scoring import score_embeddings, score_timelines
 from gem_model.paths import GemPaths
 
 PHASES = ("read", "kjt", "sparse", "dense", "convert", "write")
@@ -59,11 +59,11 @@ def users_input(paths: GemPaths, loaded, ds: date, out: Path) -> Path:
 
 @torch.inference_mode()
 def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Path) -> tuple[dict[str, float], int]:
-    """Seconds per phase and rows for one input, timed around the calls `score_embeddings` / `score_impressions`
+    """Seconds per phase and rows for one input, timed around the calls `score_embeddings` / `score_timelines`
     make (the forward split at the sparse arch)."""
     model, times, rows = loaded.model, defaultdict(float), 0
     writer = None
-    chunks = scan_rank(source.dataset, source.filter, 0, 1, source.columns, chunk_rows)
+    chunks = source.chunks(0, 1, chunk_rows)
     while True:
         started = time.perf_counter()
         chunk = next(chunks, None)
@@ -71,7 +71,7 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
         if chunk is None:
             break
         chunk_start = time.perf_counter()
-        kjt = features_to_kjt(chunk, loaded.config.features)
+        kjt = (timelines_to_kjt if source.timelines else features_to_kjt)(chunk, loaded.config.features)
         times["kjt"] += time.perf_counter() - chunk_start
         with loaded.autocast():
             t = time.perf_counter()
@@ -94,7 +94,7 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
         # The job's own call, less the phases above (the same work again), is the output conversion.
         t = time.perf_counter()
         table = (
-            score_impressions(loaded, chunk, ds)
+            score_timelines(loaded, chunk, ds)
             if name == "teacher_logits"
             else score_embeddings(loaded, chunk, "user_id" if name == "user_embeddings" else "ad_id", ds)
         )
@@ -104,7 +104,7 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
             writer = pq.ParquetWriter(out / f"{name}.parquet", table.schema)
         writer.write_table(table)
         times["write"] += time.perf_counter() - t
-        rows += chunk.num_rows
+        rows += table.num_rows
     if writer is not None:
         writer.close()
     return dict(times), rows
@@ -112,17 +112,17 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
 
 @torch.inference_mode()
 def top_operators(loaded, source, chunk_rows: int, chunks: int = 5, top: int = 15) -> tuple[str, float]:
-    """torch.profiler's table of the impressions' forward over `chunks` chunks, and its FLOPs per row."""
-    tables = [
-        c for _, c in zip(range(chunks), scan_rank(source.dataset, source.filter, 0, 1, source.columns, chunk_rows))
-    ]
-    kjts = [features_to_kjt(t, loaded.config.features) for t in tables]
+    """torch.profiler's table of the impressions' forward over `chunks` chunks of timelines, and its FLOPs per
+    impression."""
+    tables = [c for _, c in zip(range(chunks), source.chunks(0, 1, chunk_rows))]
+    kjts = [timelines_to_kjt(t, loaded.config.features) for t in tables]
     with loaded.autocast():
         flops = sum(count_flops(lambda k=kjt: loaded.model.logits(k))[0] for kjt in kjts)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for kjt in kjts:
                 loaded.model.logits(kjt)
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top), flops / sum(map(len, tables))
+    impressions = sum(k.stride() for k in kjts)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top), flops / impressions
 
 
 def main(argv: list[str] | None = None) -> None:

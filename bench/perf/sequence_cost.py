@@ -1,18 +1,16 @@
-"""The cost of long sequences: training time per example against sequence length, pyramid vs full-length layers.
+"""The cost of long histories in the timeline arch: per user (encoding) and per impression (reading) against L.
 
-    .venv/bin/python -m bench.perf.sequence_cost                       # lengths 256 ... 8192, the default config
-    .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024 --json seq.json
+    .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024,4096,8192 --impressions 27
 
-Each row of the batch holds a history of exactly L events. Three sequence arches, each made of the
-model's own `SequenceLayer`s (the interleaved pyramid's low-rank PFFN, CLS tokens, jagged attention
-block, keep the newest tokens) with the default `model.sequence` and `model.experimental` configs:
-- pyramid: the default layers (`pyramid` = (64, 16)): the first sees all L tokens, later ones the
-  kept 64 (+1 pooled) tokens;
-- one full layer: a single layer over all L tokens, keeping them all;
-- full stack: as many full-length layers as the pyramid has, keeping every token.
-Time is forward + backward (sum of the outputs) per example, the median of --reps steps after one
-warm-up, with a batch of about --tokens tokens (at least 1 row). The log-log slope of time against
-L between each pair of lengths is printed: 1 is linear, 2 quadratic. torch's default threads.
+For each history length L: a batch of users (--tokens // L, at least 1) with L events and --impressions
+impressions each, spread over the history (impression i sees the first round((i + 1) L / (impressions + 1))
+events), through the model's own parts at the default `model.sequence` config: the `TimelineEncoder` (causal
+jagged attention over each user's events, with `--window`, default the config's) and the `TargetReader` (each
+impression's queries over its visible encoded events, the visible mean and newest events, the match token).
+Each part runs forward + backward on its own; reported per user (encoding) and per impression (reading), the
+median of --reps steps after one warm-up, at 1 torch thread unless --threads. The per-impression part should be
+nearly flat in L (its attention reads O(L) keys and no square), the per-user part linear in L with a window and
+quadratic without.
 """
 
 from __future__ import annotations
@@ -20,84 +18,126 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
-from gem_model.config import ExperimentalConfig, SequenceConfig
-from gem_model.modules.sequence import SequenceLayer
+from gem_model.config import GemConfig
+from gem_model.modules.timeline import Matches, TargetReader, TimelineEncoder, Timelines
 
 
-def arches(
-    config: SequenceConfig, experimental: ExperimentalConfig, length: int
-) -> dict[str, list[tuple[SequenceLayer, int]]]:
-    """Each arch as (layer, max row length entering it)."""
-    pyramid, entering = [], length
-    for keep in config.pyramid:
-        pyramid.append((SequenceLayer(config, experimental, keep, personalised=True), entering))
-        entering = keep + 1
-    full = [(SequenceLayer(config, experimental, length, personalised=True), length) for _ in config.pyramid]
-    return {"pyramid": pyramid, "one full layer": full[:1], "full stack": full}
+def _timelines(users: int, length: int, impressions: int) -> Timelines:
+    visible = [round((i + 1) * length / (impressions + 1)) for i in range(impressions)] * users
+    rows = users * impressions
+    starts = torch.zeros(rows, dtype=torch.int64)
+    starts[::impressions] = 1
+    return Timelines.from_rows(starts * length, starts, torch.tensor(visible, dtype=torch.int64))
 
 
-def step_seconds(
-    layers: list[tuple[SequenceLayer, int]], config: SequenceConfig, rank: int, rows: int, length: int, reps: int
-) -> float:
-    lengths = torch.full((rows,), length, dtype=torch.int64)
+def _median(step: Callable[[], None], reps: int) -> float:
+    step()
     times = []
-    for _ in range(reps + 1):
-        tokens = torch.randn(rows * length, config.dim, requires_grad=True)
-        cls = torch.randn(rows, config.n_cls, config.dim, requires_grad=True)
-        gate = torch.randn(rows, rank, requires_grad=True)
+    for _ in range(reps):
         started = time.perf_counter()
-        x, lens, total = tokens, lengths, 0.0
-        for layer, max_len in layers:
-            x, lens, cls_out, _ = layer(x, lens, max_len, cls, gate)
-            total = total + cls_out.sum()
-        (total + x.sum()).backward()
+        step()
         times.append(time.perf_counter() - started)
-    return statistics.median(times[1:])
+    return statistics.median(times)
+
+
+def measure(length: int, users: int, impressions: int, window: int, reps: int) -> dict:
+    cfg = GemConfig()
+    seq, spec, d = cfg.model.sequence, cfg.features, cfg.model.embedding_dim
+    attributes = {column: spec.sequence_side_columns[column] for column in spec.sequence_attribute_columns.values()}
+    encoder = TimelineEncoder(seq.dim, seq.heads, seq.layers, window)
+    candidate_dim = d * (len(spec.side("ad")) + len(spec.side("context")))
+    reader = TargetReader(
+        candidate_dim,
+        seq.dim,
+        seq.heads,
+        seq.queries,
+        seq.n_recent,
+        d,
+        attributes,
+        spec.age_buckets,
+        match=True,
+        match_kinds=2 + len(attributes),
+        action_buckets=spec.action_buckets,
+    )
+    timelines = _timelines(users, length, impressions)
+    m, n_events = timelines.n_impressions, users * length
+    items = spec.item_feature.buckets
+    events = {column: torch.randint(1, buckets, (n_events,)) for column, buckets in attributes.items()}
+    candidates = {column: torch.randint(1, buckets, (m,)) for column, buckets in attributes.items()}
+    event_items, candidate_items = torch.randint(1, items, (n_events,)), torch.randint(1, items, (m,))
+    minutes, actions = torch.randint(0, 100_000, (n_events,)), torch.randint(0, spec.action_buckets, (n_events,))
+
+    def encode() -> None:
+        tokens = torch.randn(n_events, seq.dim, requires_grad=True)
+        encoder(tokens, timelines).sum().backward()
+
+    def read() -> None:
+        encoded = torch.randn(n_events, seq.dim, requires_grad=True)
+        pairs = [(event_items, candidate_items), *((events[c], candidates[c]) for c in attributes)]
+        matches = Matches.find(
+            timelines, pairs, minutes, torch.zeros(m, dtype=torch.int64), actions, spec.age_buckets, spec.action_buckets
+        )
+        out = reader(
+            encoded,
+            timelines,
+            torch.randn(m, candidate_dim),
+            torch.randint(0, spec.age_buckets, (m,)),
+            events,
+            candidates,
+            matches,
+        )
+        out.sum().backward()
+
+    encode_s, read_s = _median(encode, reps), _median(read, reps)
+    return {
+        "length": length,
+        "users": users,
+        "impressions": m,
+        "window": window,
+        "encode_ms_per_user": 1e3 * encode_s / users,
+        "read_ms_per_impression": 1e3 * read_s / m,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", default="256,512,1024,2048,4096,8192")
-    parser.add_argument("--tokens", type=int, default=32768, help="tokens a batch (rows = tokens // L, at least 1)")
+    parser.add_argument("--lengths", default="256,1024,4096,8192")
+    parser.add_argument("--impressions", type=int, default=27, help="impressions per user")
+    parser.add_argument("--tokens", type=int, default=16384, help="events a batch (users = tokens // L, at least 1)")
+    parser.add_argument("--window", type=int, default=None, help="the encoder's window; default the config's")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--json")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    config, experimental = SequenceConfig(), ExperimentalConfig()
-    lengths = [int(x) for x in args.lengths.split(",")]
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    window = GemConfig().model.sequence.window if args.window is None else args.window
+    lengths = [int(x) for x in args.lengths.split(",")]
     results = []
     for length in lengths:
-        rows = max(1, args.tokens // length)
-        for name, layers in arches(config, experimental, length).items():
-            seconds = step_seconds(layers, config, experimental.pffn_rank, rows, length, args.reps)
-            results.append({"arch": name, "length": length, "rows": rows, "ms_per_example": 1e3 * seconds / rows})
-            print(json.dumps(results[-1]), flush=True)
-    names = list(dict.fromkeys(r["arch"] for r in results))
-    by = {(r["arch"], r["length"]): r["ms_per_example"] for r in results}
+        results.append(measure(length, max(1, args.tokens // length), args.impressions, window, args.reps))
+        print(json.dumps(results[-1]), flush=True)
     print(
-        f"\nthreads {torch.get_num_threads()}, sequence dim {config.dim}, heads {config.heads}, "
-        f"pyramid {config.pyramid}; forward + backward, ms per example\n"
+        f"\n{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), window {window}, "
+        f"{args.impressions} impressions a user; forward + backward\n"
     )
-    print("| L | " + " | ".join(names) + " | pyramid / full stack |")
-    print("|---|" + "---|" * (len(names) + 1))
-    for length in lengths:
-        cells = [f"{by[(n, length)]:.2f}" for n in names]
-        ratio = by[("pyramid", length)] / by[("full stack", length)]
-        print(f"| {length:,} | " + " | ".join(cells) + f" | {ratio:.2f} |")
-    print("\nlog-log slope of time per example against L (1 linear, 2 quadratic):\n")
-    print("| from L | to L | " + " | ".join(names) + " |")
-    print("|---|---|" + "---|" * len(names))
-    for a, b in zip(lengths, lengths[1:]):
-        slopes = [math.log(by[(n, b)] / by[(n, a)]) / math.log(b / a) for n in names]
-        print(f"| {a:,} | {b:,} | " + " | ".join(f"{s:.2f}" for s in slopes) + " |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    print("| L events a user | encoding ms a user | reading ms an impression |")
+    print("|---|---|---|")
+    for r in results:
+        print(f"| {r['length']:,} | {r['encode_ms_per_user']:.2f} | {r['read_ms_per_impression']:.3f} |")
+    print("\nlog-log slope against L (0 flat, 1 linear, 2 quadratic):\n")
+    print("| from L | to L | encoding | reading |")
+    print("|---|---|---|---|")
+    for a, b in zip(results, results[1:]):
+        ratio = math.log(b["length"] / a["length"])
+        slopes = [math.log(b[k] / a[k]) / ratio for k in ("encode_ms_per_user", "read_ms_per_impression")]
+        print(f"| {a['length']:,} | {b['length']:,} | {slopes[0]:.2f} | {slopes[1]:.2f} |")
 
 
 if __name__ == "__main__":

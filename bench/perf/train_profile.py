@@ -22,7 +22,7 @@ from collections import defaultdict
 import torch
 
 from gem_model.config import GemConfig
-from gem_model.data.loader import ExampleStream
+from gem_model.data.loader import TimelineStream
 from gem_model.paths import GemPaths
 from gem_model.train.trainer import _forward, build_sharded_model, init_distributed
 
@@ -86,8 +86,8 @@ def main() -> None:
     env = init_distributed()
     dmp, optimizer = build_sharded_model(cfg, env)
     stream = iter(
-        ExampleStream(
-            paths.table("gold.training_examples"),
+        TimelineStream(
+            paths.table("gold.user_timelines"),
             cfg.features,
             cfg.train.batch_size,
             end=cfg.world.holdout_start,

@@ -15,7 +15,7 @@ learner (refit here as in `bench/research/learnable_ceiling.py`) is not where th
 that adds more to the model is structure the learner recovered from the same rows and the model did not.
 
 Each model's logits come from its checkpoint through the export's scoring path
-(`gem_model.export.scoring.score_impressions`); their AUC is checked against the manifest's.
+(`gem_model.export.scoring.score_timelines`); their AUC is checked against the manifest's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from pyspark.sql import DataFrame
@@ -42,9 +41,9 @@ from gem_lake.delta import read_table
 from gem_lake.sources.world import CLICK_INTERCEPT, INTERACTION_STRENGTH, RECENCY_BOOST, Source
 from gem_lake.spark.session import build_spark_session
 from gem_model.config import GemConfig
-from gem_model.data.loader import ds_filter, open_delta
+from gem_model.data.loader import ds_filter, open_delta, scan_rank_timelines, timeline_columns
 from gem_model.export.checkpoint import load_model
-from gem_model.export.scoring import score_impressions
+from gem_model.export.scoring import score_timelines
 from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
 
@@ -90,18 +89,17 @@ def model_logits(model_dir: Path, cfg: GemConfig) -> tuple[pd.DataFrame, float]:
     data = loaded.manifest["training_data"]
     dataset = open_delta(Path(data["path"]), data["delta_version"], loaded.config.features)
     parts = []
-    for batch in dataset.to_batches(filter=ds_filter(cfg.world.holdout_start, None), batch_size=CHUNK_ROWS):
-        chunk = pa.Table.from_batches([batch])
-        if chunk.num_rows:
-            scored = score_impressions(loaded, chunk, cfg.world.holdout_start)
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "impression_id": scored["impression_id"].to_numpy(zero_copy_only=False),
-                        "logit": pc.cast(scored["ctr_logit"], "float64").to_numpy(),
-                    }
-                )
+    columns = [c for part in timeline_columns(loaded.config.features, labels=False) for c in part]
+    for chunk in scan_rank_timelines(dataset, ds_filter(cfg.world.holdout_start, None), 0, 1, columns, CHUNK_ROWS):
+        scored = score_timelines(loaded, chunk, cfg.world.holdout_start)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "impression_id": scored["impression_id"].to_numpy(zero_copy_only=False),
+                    "logit": pc.cast(scored["ctr_logit"], "float64").to_numpy(),
+                }
             )
+        )
     return pd.concat(parts, ignore_index=True), float(loaded.manifest["metrics"]["ctr/auc"])
 
 

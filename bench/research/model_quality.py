@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = GemConfig.load(args.preset, args.config, args.data_source)
     paths = GemPaths.from_env()
-    examples = paths.table("gold.training_examples")
+    examples = paths.table("gold.user_timelines")  # what the teacher trains on
     if not (examples / "_delta_log").is_dir():
         build = [sys.executable, "-m", "jobs.build_features", "--preset", args.preset]
         build += ["--data-source", cfg.data.source] + (["--config", args.config] if args.config else [])

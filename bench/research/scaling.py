@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 from deltalake import DeltaTable
 
@@ -115,8 +116,11 @@ _T975 = {
 
 
 def training_rows(table: Path, version: int, cfg: GemConfig) -> int:
-    """Rows of `cfg`'s training days (its window before the holdout) in `version` of gold.training_examples."""
-    return open_delta(table, version).count_rows(filter=ds_filter(cfg.train_start, cfg.world.holdout_start))
+    """Impressions of `cfg`'s training days (its window before the holdout) in `version` of gold.user_timelines."""
+    days = open_delta(table, version).to_table(
+        columns=["impression_count"], filter=ds_filter(cfg.train_start, cfg.world.holdout_start)
+    )
+    return int(pc.sum(days.column("impression_count")).as_py() or 0)
 
 
 def rung_config(base: GemConfig, architecture: str, rung: str, seed: int, window_days: int = 0) -> GemConfig:
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--rungs: unknown sizes {sorted(unknown)}; choose from {','.join(RUNGS)}")
     base = GemConfig.load(args.preset, args.config)
     paths = GemPaths.from_env()
-    examples = paths.table("gold.training_examples")
+    examples = paths.table("gold.user_timelines")  # what the teacher trains on
     if not (examples / "_delta_log").is_dir():
         raise SystemExit(
             f"no {examples}: build the features first (python -m jobs.build_features --preset "

@@ -42,7 +42,7 @@ REFERENCES = ("teacher", "teacher_adapted")
 
 
 def ensure_features(args: argparse.Namespace, paths: GemPaths) -> None:
-    if not (paths.table("gold.training_examples") / "_delta_log").is_dir():
+    if not (paths.table("gold.user_timelines") / "_delta_log").is_dir():
         build = [sys.executable, "-m", "jobs.build_features", "--preset", args.preset]
         subprocess.run(build + (["--config", args.config] if args.config else []), check=True, cwd=REPO)
 
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     ensure_features(args, paths)
     version = args.model_version
     if version is None:
-        train_variant(cfg, paths, "gem", DeltaTable(str(paths.table("gold.training_examples"))).version())
+        train_variant(cfg, paths, "gem", DeltaTable(str(paths.table("gold.user_timelines"))).version())
         version = variant_version(cfg, "gem")
     ensure_export(args, paths, cfg, version)
     torch.set_num_threads(1)  # as jobs/train_student.py: the students' ops are too small for threads

@@ -104,6 +104,7 @@ def _inputs(cfg: GemConfig, table: str, ds: date | None) -> dict[str, list[str]]
     sequences = {"bronze.events": _event_days(cfg, ds), "silver.ad_features": [WHOLE_TABLE]}
     if table == "gold.user_sequences":
         return sequences
+    # gold.training_examples and gold.user_timelines: the day's impressions with their users, ads and sequences.
     return {
         "bronze.impressions": [ds.isoformat()],
         **sequences,
@@ -192,3 +193,16 @@ def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths
         ds,
     )
     return _replace_day(df, cfg, paths, "gold.training_examples", ds)
+
+
+def build_user_timelines(spark: SparkSession, cfg: GemConfig, paths: GemPaths, ds: date) -> int:
+    require_inputs(cfg, paths, "gold.user_timelines", ds)
+    df = tables.user_timelines(
+        read_table(spark, paths.table("bronze.impressions")),
+        read_table(spark, paths.table("bronze.events")),
+        read_table(spark, paths.table("silver.user_features")),
+        read_table(spark, paths.table("silver.ad_features")),
+        cfg.features,
+        ds,
+    )
+    return _replace_day(df, cfg, paths, "gold.user_timelines", ds)

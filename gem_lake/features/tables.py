@@ -10,7 +10,9 @@ and the model only read these columns.
 Sequences are point-in-time correct: an impression's sequence holds only events strictly before
 its `ts`, most recent first, within `lookback_days`, truncated to `max_seq_len`. Each user's
 window of events is collected once and every impression filters it, so the cost grows with
-events per user, not with impressions x events (no exploding join).
+events per user, not with impressions x events (no exploding join). gold.user_timelines stores
+that window once per user and day instead of once per impression: its impressions say how many
+of the (oldest first) events each may see.
 """
 
 from __future__ import annotations
@@ -123,18 +125,22 @@ def age_bucket(event_ts: Column, as_of: Column, buckets: int) -> Column:
 
 def _sequence_columns(history: Column, spec: FeatureSpec, as_of: Column) -> list[Column]:
     """The sequence columns from a newest-first `history` array, truncated to `max_seq_len`."""
+    return _event_columns(F.slice(F.coalesce(history, F.array()), 1, spec.max_seq_len), spec, as_of)
+
+
+def _event_columns(events: Column, spec: FeatureSpec, as_of: Column) -> list[Column]:
+    """The aligned per-event columns of an array of `_histories` structs, in the array's order; ages as of `as_of`."""
     table = spec.item_feature
-    recent = F.slice(F.coalesce(history, F.array()), 1, spec.max_seq_len)
-    items = F.transform(recent, lambda e: e["item_id"])
+    items = F.transform(events, lambda e: e["item_id"])
     return [
         items.cast("array<bigint>").alias(spec.sequence_feature),
-        F.transform(recent, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
-        F.transform(recent, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
+        F.transform(events, lambda e: e["ts"]).cast("array<timestamp>").alias("seq_ts"),
+        F.transform(events, lambda e: e["action"]).cast("array<string>").alias("seq_actions"),
         F.transform(items, lambda x: embedding_row(x, table)).alias(spec.sequence_idx_column),
-        F.transform(recent, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
-        F.transform(recent, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
+        F.transform(events, lambda e: hashed(e["action"], spec.action_buckets)).alias(spec.action_idx_column),
+        F.transform(events, lambda e: age_bucket(e["ts"], as_of, spec.age_buckets)).alias(spec.age_idx_column),
         *(
-            F.transform(recent, _field_row(spec.by_name(name))).alias(column)
+            F.transform(events, _field_row(spec.by_name(name))).alias(column)
             for name, column in spec.sequence_attribute_columns.items()
         ),
     ]
@@ -148,8 +154,12 @@ def _field_row(feature: SparseFeature) -> Callable[[Column], Column]:
 def user_sequences(events: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date) -> DataFrame:
     """gold.user_sequences for `ds`: each active user's sequence as of the end of day `ds`."""
     history = _histories(events, ads, spec, ds)
-    end_of_day = F.lit(f"{ds + timedelta(days=1)} 00:00:00").cast("timestamp")
-    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec, end_of_day))
+    return history.select("user_id", F.lit(ds).alias("ds"), *_sequence_columns(F.col("history"), spec, _end_of(ds)))
+
+
+def _end_of(ds: date) -> Column:
+    """Midnight after day `ds`: the one instant a row shared by all of the day's impressions measures ages from."""
+    return F.lit(f"{ds + timedelta(days=1)} 00:00:00").cast("timestamp")
 
 
 def _attributes(df: DataFrame, key: str, spec: FeatureSpec, side: str) -> DataFrame:
@@ -181,3 +191,84 @@ def training_examples(
         *_sequence_columns(before, spec, F.col("ts")),
     )
     return with_feature_indices(with_seq, spec, "user", "ad", "context")
+
+
+# A timeline's per-impression fields besides the feature rows: `ts` then `impression_id` lead, so that sorting the
+# structs orders a user's impressions by time, ties by id.
+IMPRESSION_FIELDS = ("ts", "impression_id", "ad_id", "surface", "clicked", "converted")
+TRUE_RATES = ("p_click", "p_convert")
+# Each impression's age bucket before the end of its day, the instant the timeline's event ages count to, so that
+# the model reads how long before the impression an event happened from the two buckets.
+TARGET_AGE = "target_age_idx"
+
+
+def user_timelines(
+    impressions: DataFrame, events: DataFrame, users: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date
+) -> DataFrame:
+    """gold.user_timelines for `ds`: one row per user with impressions on `ds`, holding the user's events once,
+    oldest first, and the day's impressions in time order, each with `visible`: how many of the events precede it,
+    and its own age bucket (`target_age_idx`).
+
+    Events at or after the user's last impression are dropped (no impression sees them), and of those before the
+    first impression only the newest `max_seq_len` are kept, so an impression sees every event of its
+    gold.training_examples sequence. Ages are as of the end of `ds`, the one instant all the impressions share.
+    """
+    impressions = impressions.withColumn(HOUR_OF_DAY, F.hour("ts"))
+    require_features(impressions, spec, "context")
+    imps = impressions.where(F.col("ds") == F.lit(ds)).join(_attributes(ads, "ad_id", spec, "ad"), "ad_id", "left")
+    fields = [
+        *IMPRESSION_FIELDS,
+        *(c for c in TRUE_RATES if c in imps.columns),
+        HOUR_OF_DAY,
+        *(f.idx_column for f in (*spec.side("ad"), *spec.side("context"))),
+    ]
+    per_user = (
+        with_feature_indices(imps, spec, "ad", "context")
+        .groupBy("user_id")
+        .agg(F.sort_array(F.collect_list(F.struct(*fields))).alias("impressions"))
+    )
+    user_attributes = _attributes(users, "user_id", spec, "user")
+    joined = per_user.join(user_attributes, "user_id", "left").join(
+        _histories(events, ads, spec, ds), "user_id", "left"
+    )
+    imp, seen = F.col("impressions"), F.col("events")
+    timelines = joined.select(
+        *user_attributes.columns,
+        imp,
+        _seen_events(F.col("history"), imp, spec.max_seq_len).alias("events"),
+    ).select(
+        "user_id",
+        F.lit(ds).alias("ds"),
+        *user_attributes.columns[1:],
+        F.size(imp).alias("impression_count"),
+        *[imp[f].alias(f) for f in fields],
+        _visible(seen["ts"], imp["ts"]).alias("visible"),
+        F.transform(imp["ts"], lambda t: age_bucket(t, _end_of(ds), spec.age_buckets)).alias(TARGET_AGE),
+        *_event_columns(seen, spec, _end_of(ds)),
+    )
+    return with_feature_indices(timelines, spec, "user")
+
+
+def _seen_events(history: Column, impressions: Column, max_seq_len: int) -> Column:
+    """The events of a newest-first `history` that some of the time-ordered `impressions` sees, oldest first:
+    those before the last impression, of which those before the first are cut to the newest `max_seq_len`."""
+    first, last = impressions[0]["ts"], F.element_at(impressions, -1)["ts"]
+    before_last = F.filter(F.coalesce(history, F.array()), lambda e: e["ts"] < last)
+    between = F.size(F.filter(before_last, lambda e: e["ts"] >= first))
+    return F.reverse(F.slice(before_last, 1, between + max_seq_len))
+
+
+def _visible(seq_ts: Column, impression_ts: Column) -> Column:
+    """Per impression (`impression_ts` ascending), how many of the ascending `seq_ts` are strictly earlier.
+
+    One sorted merge of the two arrays rather than a count over the events per impression (impressions x events
+    per user): (ts, 0) for an impression sorts before (ts, 1) for an event at the same instant, so the i-th
+    impression's position in the merge, less i, is the number of events before it.
+    """
+
+    def tagged(ts: Column, kind: int) -> Column:
+        return F.transform(ts, lambda t: F.struct(t.alias("ts"), F.lit(kind).alias("kind")))
+
+    merged = F.sort_array(F.concat(tagged(impression_ts, 0), tagged(seq_ts, 1)))
+    positions = F.filter(F.transform(merged, lambda m, k: F.when(m["kind"] == 0, k)), lambda k: k.isNotNull())
+    return F.transform(positions, lambda k, i: k - i)

@@ -46,9 +46,6 @@ from gem_model.config.validation import (
     validate,
 )
 
-# Pointwise activations of generalized dot-product attention (GDPA; `kernels.reference.pt_jagged_attention`).
-PointwiseActivation = Literal["silu", "gelu", "relu2", "identity"]
-
 
 @dataclass(frozen=True)
 class WorldConfig:
@@ -239,8 +236,9 @@ class FeatureSpec:
     action_buckets: Buckets = 16
     """Embedding rows of each event's action (hashed)."""
     age_buckets: Count = 16
-    """Buckets of each event's age before the impression, floor(log2(1 + minutes)) (bucket 15 is ~23 days): the
-    clock the sequence arch reads."""
+    """Buckets of age, floor(log2(1 + minutes)) (bucket 15 is ~23 days), before the instant a timeline's ages count
+    to (the impression for a row of its own, the end of the day for a user's timeline of a day): each event's, and
+    each impression's own. The clock the timeline arch reads."""
     sequence_item_attributes: Annotated[tuple[str, ...], Distinct()] = ("category",)
     """Ad attributes looked up for every event's item (row 0 when the item is no ad), so attention can match
     history to the candidate by attribute without learning every item's category from its id."""
@@ -315,17 +313,43 @@ class FeatureSpec:
 
     @property
     def kjt_keys(self) -> tuple[str, ...]:
-        """Key order of the model's input KJT: pooled features | target item, sequence | side columns.
+        """Key order of the model's input KJT: pooled features | target item, sequence | side columns | timeline keys.
 
         Contiguous groups, so the sparse arch splits one KJT into the EmbeddingBagCollection's,
-        the EmbeddingCollection's and the sequence arch's inputs.
+        the EmbeddingCollection's and the timeline arch's inputs.
         """
         return (
             *(f.name for f in self.pooled_features),
             self.sequence_table,
             self.sequence_feature,
             *self.sequence_side_columns,
+            self.event_minutes_key,
+            *self.timeline_keys,
         )
+
+    @property
+    def event_ts_column(self) -> str:
+        """Per event: its timestamp, aligned with `seq_item_idx` (the loader measures ages from it)."""
+        return "seq_ts"
+
+    @property
+    def sequence_columns(self) -> tuple[str, ...]:
+        """Every per-event column a reader of a feature table needs: the item rows, the side columns, the times."""
+        return (self.sequence_idx_column, *self.sequence_side_columns, self.event_ts_column)
+
+    @property
+    def event_minutes_key(self) -> str:
+        """Per event: whole minutes before the instant its timeline's ages count to (not embedded: the timeline arch
+        subtracts an impression's own minutes to get how long before the impression the event happened)."""
+        return "seq_minutes"
+
+    @property
+    def timeline_keys(self) -> tuple[str, str, str, str]:
+        """The per-row keys that place each impression row in its timeline (`gem_model.modules.timeline`): 1 where a
+        row starts a timeline (its events ride on that row), how many of the timeline's events the impression may
+        read, the impression's own age bucket before the instant its events' ages count to, and its whole minutes
+        before that instant."""
+        return ("timeline_start", "visible", "target_age_idx", "target_minutes")
 
     @property
     def domain(self) -> SparseFeature:
@@ -347,6 +371,8 @@ class WukongConfig:
     default's parts").
     """
 
+    n_layers: Count = 2
+    """Wukong layers stacked over the feature embeddings."""
     n_fm: Width = 8
     """Embeddings the factorization-machine block makes a layer."""
     n_lc: Width = 8
@@ -362,27 +388,32 @@ class WukongConfig:
 
 @dataclass(frozen=True)
 class SequenceConfig:
-    """The pyramid of jagged attention layers over the behaviour sequence (`gem_model.modules.sequence`).
+    """The timeline arch over the behaviour sequence (`gem_model.modules.timeline`): a user's events encoded once,
+    causally, by `layers` jagged attention blocks, then read by each of the user's impressions.
 
-    Layer i keeps the `pyramid[i]` most recent tokens and pools the rest into one, so the first layer sees
-    the whole history once; learned CLS tokens ride along each row, and the last layer's CLS outputs, mean
-    token and newest tokens form the summary that joins the non-sequential side at the top.
+    Each impression's `queries`, made from its candidate ad and context, attend over the encoded events strictly
+    before it; with the mean and the `n_recent` newest of those events and a token of match counts they form the
+    summary that joins the non-sequential side at the top.
     """
 
     dim: Width = 32
     """Width of the sequence's tokens; a multiple of `heads`."""
     heads: Width = 2
     """Attention heads."""
-    pyramid: Annotated[tuple[Tokens, ...], NonEmpty()] = (64, 16)
-    """Tokens each layer keeps (the newest; the rest pooled into one): one layer per entry."""
-    n_cls: Width = 2
-    """CLS tokens appended to every row, whose outputs join the summary."""
+    layers: Count = 2
+    """Causal attention blocks that encode a user's events (once per timeline, not per impression)."""
+    window: NonNegativeTokens = 0
+    """Each event attends to itself and at most this many events before it (sliding-window attention, for long
+    histories: encoding then costs O(events x window)); 0: every event before it."""
+    queries: Width = 2
+    """Queries per impression, made from its candidate and context, that attend over its visible events."""
     n_recent: NonNegativeTokens = 2
-    """Newest tokens of the last layer that join the summary beside the mean token."""
+    """Newest visible events that join the summary beside their mean."""
     match_candidate: bool = True
-    """Add to each event's token a learned row per item attribute for whether it equals the target ad's; off, GEM
-    loses 0.025-0.028 click NE and 0.011-0.014 conversion NE on two seeds (docs/MODEL.md, "Embedding rows of
-    their own")."""
+    """Embed each item attribute into the impression's queries and the events' keys (one table), so an event that
+    shares the candidate's attributes scores high, and add the match tokens: per kind of match (any visible event,
+    one sharing the candidate's item or an attribute, and each of those per action), the count and share of
+    matching visible events and the newest one's age and decayed recency."""
 
     def __post_init__(self) -> None:
         validate(self, "model.sequence")
@@ -394,60 +425,17 @@ class SequenceConfig:
 class ExperimentalConfig:
     """Research options: parts built and measured over the default, none adopted (docs/MODEL.md), each off.
 
-    InterFormer's exchange at every layer and Kunlun's parts (arXiv 2602.10016; reading notes in
-    docs/experiments/2026-12-04-kunlun-reading-notes.md): GDPA (pointwise attention weights, and the
-    personalised FFN as attention to keys and values made from the non-sequential side), sliding-window
-    attention, Hierarchical Seed Pooling, Computation Skip and the Mixture of Wukong Experts. Kept so they can
-    be measured again as the model, the data or the hardware change.
+    Kunlun's Mixture of Wukong Experts (arXiv 2602.10016; reading notes in
+    docs/experiments/2026-12-04-kunlun-reading-notes.md). Kept so it can be measured again as the model, the data
+    or the hardware change.
     """
 
-    interleave: bool = False
-    """InterFormer: Wukong and the pyramid exchange summaries at every layer instead of meeting at the top; level
-    with the default on two seeds (docs/MODEL.md, "The default's parts")."""
-    pffn: Literal["lowrank", "gdpa"] = "lowrank"
-    """Interleaved only: the events' personalised FFN, a low-rank gate from the non-sequential side, or Kunlun's
-    GDPA over `pffn_kv` keys and values made from it (level with interleaving, 12-21% slower)."""
-    pffn_rank: Width = 8
-    """Rank of the low-rank personalised FFN's gate."""
-    pffn_kv: Width = 16
-    """Keys and values of the GDPA personalised FFN: its hidden width."""
-    pffn_activation: PointwiseActivation = "gelu"
-    """Pointwise activation of the GDPA personalised FFN."""
-    attention_activation: Literal["softmax", PointwiseActivation] = "softmax"
-    """The pyramid's attention weights: the softmax, or a pointwise one (HSTU's silu, Kunlun's gelu, relu2,
-    identity); GELU is level on two seeds and 40-44% slower on CPU."""
-    attention_window: NonNegativeTokens = 0
-    """Sliding-window attention: a token sees the tokens at most this far away (CLS tokens stay global), in the
-    layers whose rows can be longer than 2 * window + 1; 0: whole rows. Level on two seeds; saves compute only
-    in the Triton kernel."""
-    seed_pooling: bool = False
-    """Hierarchical Seed Pooling: `hsp_seeds` learned queries pool each row's whole level, compressed to
-    `hsp_tokens` summary tokens that replace the mean and newest tokens; costs clicks on two seeds."""
-    hsp_seeds: Width = 32
-    """Learned queries of the seed pooling."""
-    hsp_tokens: Width = 4
-    """Summary tokens the seed pooling's SumKronLinear compresses the seeds to."""
-    hsp_rank: Width = 4
-    """Kronecker terms of the SumKronLinear."""
-    comp_skip: bool = False
-    """Computation Skip (needs `seed_pooling` and two layers or more): the first, third, ... layers skip
-    self-attention; trades 0.0037 click NE for 0.0061 conversion NE over three seeds."""
     wukong_experts: Width = 1
     """Mixture of Wukong Experts: each layer's embeddings split into this many groups, each mixed by its own Wukong
     layer into an equal share of the outputs; 2 are level on two seeds."""
 
     def __post_init__(self) -> None:
         validate(self, "model.experimental")
-        if self.pffn == "gdpa" and not self.interleave:
-            raise ConfigError(
-                "model.experimental.pffn='gdpa' personalises the events from the non-sequential side, "
-                "which reaches only an interleaved pyramid: set model.experimental.interleave=true"
-            )
-        if self.comp_skip and not self.seed_pooling:
-            raise ConfigError(
-                "model.experimental.comp_skip needs model.experimental.seed_pooling=true: a layer "
-                "without self-attention summarises its tokens by seed pooling"
-            )
 
 
 @dataclass(frozen=True)
@@ -461,7 +449,7 @@ class ModelConfig:
     """
 
     architecture: Annotated[str, OneOf(ARCHITECTURES)] = "gem"
-    """GEM (Wukong and the sequence pyramid), or a baseline: DLRM, DCN-V2, logistic regression."""
+    """GEM (Wukong and the timeline arch), or a baseline: DLRM, DCN-V2, logistic regression."""
     embedding_dim: Width = 16
     """Width of every embedding row."""
     tower_dims: tuple[Width, ...] = (64,)
@@ -475,13 +463,13 @@ class ModelConfig:
     wukong: WukongConfig = field(default_factory=WukongConfig)
     """GEM's interaction layers."""
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
-    """GEM's sequence pyramid."""
+    """GEM's timeline arch over the behaviour sequence."""
     use_wukong: bool = True
     """Ablation: false swaps each Wukong layer for an MLP layer of the same shapes, which loses the conversion task
     at the scaling ladder's size `l` (docs/MODEL.md, "The default's parts")."""
     use_sequence: bool = True
-    """Ablation: false drops the pyramid for the mean-pooled sequence, as the baselines see it; GEM then loses
-    0.023-0.026 click NE and is DLRM's equal (docs/MODEL.md)."""
+    """Ablation: false drops the timeline arch for the mean of the visible events' items, as the baselines see
+    it."""
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
     """Research options, measured and not adopted, each off."""
     dcn_layers: Width = 3
@@ -492,11 +480,6 @@ class ModelConfig:
     def __post_init__(self) -> None:
         validate(self, "model")
         experimental = self.experimental
-        if experimental.comp_skip and len(self.sequence.pyramid) < 2:
-            raise ConfigError(
-                f"model.experimental.comp_skip needs at least 2 pyramid layers, got "
-                f"model.sequence.pyramid={list(self.sequence.pyramid)}"
-            )
         for name in ("n_fm", "n_lc"):
             if getattr(self.wukong, name) % experimental.wukong_experts:
                 raise ConfigError(

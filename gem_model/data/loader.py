@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -51,7 +51,13 @@ class FeatureMappingError(ValueError):
 # The commit metadata key of the feature mapping (`FeatureSpec.mapping`) a feature table's rows were written with.
 MAPPING_KEY = "feature_mapping"
 # Removed and rebuilt to move a lake to another mapping: bronze stays, and each of these is derived from it.
-FEATURE_TABLES = ("silver/user_features", "silver/ad_features", "gold/user_sequences", "gold/training_examples")
+FEATURE_TABLES = (
+    "silver/user_features",
+    "silver/ad_features",
+    "gold/user_sequences",
+    "gold/training_examples",
+    "gold/user_timelines",
+)
 
 
 def recorded_mapping(path: Path, version: int | None = None) -> str | None:
@@ -111,12 +117,22 @@ def _jagged(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return values, np.diff(offsets).astype(np.int64)
 
 
+def _oldest_first(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The values of each row in reverse order: a table's newest-first sequences as a timeline's oldest-first."""
+    ends = np.cumsum(lengths)
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    place = np.arange(values.size) - (ends - lengths)[rows]
+    return values[ends[rows] - 1 - place]
+
+
 def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
-    """KJT over `spec.kjt_keys`; features absent from `table` are empty.
+    """KJT over `spec.kjt_keys` for rows that each carry their own sequence (`gold.training_examples`,
+    `gold.user_sequences`, ad rows); features absent from `table` are empty.
 
     Single-valued features come from `<name>_idx` columns (one id per row); the sequence and its
-    per-event side columns from list columns (jagged, aligned). Empty features let one model
-    embed users or ads alone.
+    per-event side columns from list columns (jagged, aligned, newest first). Each row is a timeline of its own
+    (`gem_model.modules.timeline`): its events oldest first, all of them visible, its own age bucket 0 (the
+    events' ages count to the row's own instant). Empty features let one model embed users or ads alone.
     """
     n = table.num_rows
     names = set(table.column_names)
@@ -131,7 +147,7 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
             lengths.append(np.ones(n, dtype=np.int64))
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
-    seq_lengths = None
+    seq_lengths = np.zeros(n, dtype=np.int64)
     for key, column in (
         (spec.sequence_feature, spec.sequence_idx_column),
         *((c, c) for c in spec.sequence_side_columns),
@@ -139,26 +155,132 @@ def features_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
         keys.append(key)
         if column in names:
             vals, lens = _jagged(table.column(column))
-            if seq_lengths is not None and not np.array_equal(lens, seq_lengths):
+            if key != spec.sequence_feature and not np.array_equal(lens, seq_lengths):
                 raise ValueError(
                     f"column {column} is not aligned with {spec.sequence_idx_column}; rebuild the feature table"
                 )
             seq_lengths = lens
-            values.append(vals)
+            values.append(_oldest_first(vals, lens))
             lengths.append(lens)
         else:
             lengths.append(np.zeros(n, dtype=np.int64))
+    keys.append(spec.event_minutes_key)
+    lengths.append(seq_lengths)
+    if seq_lengths.any():
+        if spec.event_ts_column not in names:
+            raise ValueError(
+                f"the sequence needs its timestamps, column {spec.event_ts_column}; read it with the sequence "
+                "(FeatureSpec.sequence_columns)"
+            )
+        stamps = _micros(pc.list_flatten(table.column(spec.event_ts_column)))
+        instant = _micros(table.column("ts")) if "ts" in names else _end_of_day(table.column("ds"))
+        values.append(_oldest_first(_minutes_before(instant, stamps, seq_lengths), seq_lengths))
+    one, zero = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for key, per_row in zip(spec.timeline_keys, (one, seq_lengths, zero, zero), strict=True):
+        keys.append(key)
+        values.append(per_row)
+        lengths.append(one)
     flat = np.concatenate(values).astype(np.int64) if values else np.zeros(0, np.int64)
     return KeyedJaggedTensor.from_lengths_sync(
         keys=keys, values=torch.from_numpy(flat), lengths=torch.from_numpy(np.concatenate(lengths))
     )
 
 
-def _assign(
-    fragments: list[pads.Fragment], world_size: int, filter: pc.Expression | None
-) -> list[list[tuple[pads.Fragment, int]]]:
-    """Whole files to ranks, largest first to the rank with the fewest rows: deterministic and balanced."""
-    sized = [(f, f.count_rows(filter=filter)) for f in fragments]
+# Per-impression list columns of gold.user_timelines beside the ad and context features' `<name>_idx`.
+VISIBLE_COLUMN = "visible"
+# Timelines read from a file at once by scoring: a bound on memory, each holding up to max_seq_len events.
+TIMELINE_READ = 64
+TARGET_AGE_COLUMN = "target_age_idx"
+_MICROS_A_MINUTE, _MICROS_A_DAY = 60_000_000, 86_400_000_000
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Microseconds since the epoch (UTC) of a timestamp column, or of a list column's values."""
+    return pc.cast(column, pa.timestamp("us", "UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _end_of_day(ds: pa.ChunkedArray) -> np.ndarray:
+    """Microseconds since the epoch of the midnight (UTC) after each row's day: a day's timeline's instant."""
+    return (pc.cast(ds, pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64) + 1) * _MICROS_A_DAY
+
+
+def _minutes_before(instant: np.ndarray, stamps: np.ndarray, per_row: np.ndarray) -> np.ndarray:
+    """Whole minutes from each of `stamps` (microseconds, `per_row` of them to each row) to its row's instant."""
+    return (np.repeat(instant, per_row) - stamps) // _MICROS_A_MINUTE
+
+
+def timelines_to_kjt(table: pa.Table, spec: FeatureSpec) -> KeyedJaggedTensor:
+    """KJT over `spec.kjt_keys` for rows of `gold.user_timelines`: one row per impression, in each timeline's order.
+
+    A timeline row holds its user's features once (`<name>_idx`), its events as aligned lists, oldest first, and
+    its impressions as aligned lists (the ad and context features' `<name>_idx`, `visible`, `target_age_idx`).
+    User features repeat on each of the timeline's impressions; the events ride on its first impression's row
+    (`gem_model.modules.timeline.Timelines`), so they are looked up once however many impressions read them.
+    """
+    visible, counts = _jagged(table.column(VISIBLE_COLUMN))
+    if (counts == 0).any():
+        raise ValueError(
+            f"{int((counts == 0).sum())} rows of gold.user_timelines have no impressions; every timeline row holds "
+            "its user's impressions of the day, so rebuild the table"
+        )
+    n, first = int(counts.sum()), np.cumsum(counts) - counts
+    keys, values, lengths = [], [], []
+    one = np.ones(n, dtype=np.int64)
+    for feature in (*spec.pooled_features, spec.item_feature):
+        keys.append(feature.name)
+        column = table.column(feature.idx_column)
+        if feature.side == "user":
+            if column.null_count:
+                raise ValueError(f"column {feature.idx_column} has {column.null_count} nulls; fix the feature table")
+            values.append(np.repeat(column.to_numpy(), counts))
+        else:
+            ids, per_row = _jagged(column)
+            if not np.array_equal(per_row, counts):
+                raise ValueError(f"column {feature.idx_column} is not aligned with {VISIBLE_COLUMN}; rebuild the table")
+            values.append(ids)
+        lengths.append(one)
+    event_lengths = None
+    for key, column in (
+        (spec.sequence_feature, spec.sequence_idx_column),
+        *((c, c) for c in spec.sequence_side_columns),
+    ):
+        ids, per_row = _jagged(table.column(column))
+        if event_lengths is not None and not np.array_equal(per_row, event_lengths):
+            raise ValueError(f"column {column} is not aligned with {spec.sequence_idx_column}; rebuild the table")
+        event_lengths = per_row
+        on_first_rows = np.zeros(n, dtype=np.int64)
+        on_first_rows[first] = per_row
+        keys.append(key)
+        values.append(ids)
+        lengths.append(on_first_rows)
+    instant = _end_of_day(table.column("ds"))
+    stamps = _micros(pc.list_flatten(table.column(spec.event_ts_column)))
+    on_first_rows = np.zeros(n, dtype=np.int64)
+    on_first_rows[first] = event_lengths
+    keys.append(spec.event_minutes_key)
+    values.append(_minutes_before(instant, stamps, event_lengths))
+    lengths.append(on_first_rows)
+    starts = np.zeros(n, dtype=np.int64)
+    starts[first] = 1
+    target_age, per_row = _jagged(table.column(TARGET_AGE_COLUMN))
+    if not np.array_equal(per_row, counts):
+        raise ValueError(f"column {TARGET_AGE_COLUMN} is not aligned with {VISIBLE_COLUMN}; rebuild the table")
+    impression_ts = _micros(pc.list_flatten(table.column("ts")))
+    target_minutes = _minutes_before(instant, impression_ts, counts)
+    for key, per_impression in zip(spec.timeline_keys, (starts, visible, target_age, target_minutes), strict=True):
+        keys.append(key)
+        values.append(per_impression)
+        lengths.append(one)
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys,
+        values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
+        lengths=torch.from_numpy(np.concatenate(lengths)),
+    )
+
+
+def _assign(sized: list[tuple[pads.Fragment, int]], world_size: int) -> list[list[tuple[pads.Fragment, int]]]:
+    """Whole fragments (each with its size) to ranks, largest first to the rank with the least: deterministic and
+    balanced."""
     shards: list[list[tuple[pads.Fragment, int]]] = [[] for _ in range(world_size)]
     totals = [0] * world_size
     for fragment, rows in sorted(sized, key=lambda fr: -fr[1]):  # stable: ties keep path order
@@ -169,10 +291,36 @@ def _assign(
     return shards
 
 
+def timeline_columns(spec: FeatureSpec, labels: bool) -> tuple[list[str], list[str], list[str]]:
+    """The columns of `gold.user_timelines` the model reads (with `labels`, the labels too): (per user, per
+    impression, per event)."""
+    per_user = ["user_id", "ds", *(f.idx_column for f in spec.side("user"))]
+    per_impression = [
+        "ts",
+        *(c for c in KEY_COLUMNS if c not in ("user_id", "ds")),
+        *(LABEL_COLUMNS if labels else ()),
+        *(f.idx_column for f in spec.features if f.side != "user"),
+        VISIBLE_COLUMN,
+        TARGET_AGE_COLUMN,
+    ]
+    return per_user, per_impression, list(spec.sequence_columns)
+
+
+def impressions_in(fragment: pads.Fragment, filter: pc.Expression | None) -> int:
+    """The impressions of a fragment of `gold.user_timelines` (its rows are timelines)."""
+    visible = fragment.to_table(columns=[VISIBLE_COLUMN], filter=filter).column(VISIBLE_COLUMN)
+    return int(pc.sum(pc.list_value_length(visible)).as_py() or 0)
+
+
 def rank_fragments(
-    dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int
-) -> list[pads.Fragment]:
-    """This rank's share of `dataset`'s row groups (each a fragment), balanced by rows, same on every rank."""
+    dataset: pads.Dataset,
+    filter: pc.Expression | None,
+    rank: int,
+    world_size: int,
+    size: Callable[[pads.Fragment, pc.Expression | None], int] | None = None,
+) -> list[tuple[pads.Fragment, int]]:
+    """This rank's share of `dataset`'s row groups (each a fragment) with their sizes, balanced by size (rows,
+    or `size`: `impressions_in` for timelines), the same on every rank."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
     row_groups = [
@@ -180,19 +328,51 @@ def rank_fragments(
         for f in sorted(dataset.get_fragments(filter=filter), key=lambda f: f.path)
         for rg in f.split_by_row_group(filter=filter)
     ]
-    return [fragment for fragment, _ in _assign(row_groups, world_size, filter)[rank]]
+    sized = [(rg, size(rg, filter) if size else rg.count_rows(filter=filter)) for rg in row_groups]
+    return _assign(sized, world_size)[rank]
 
 
 def scan_rank(
     dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int, columns: list[str], batch_rows: int
 ) -> Iterator[pa.Table]:
     """This rank's rows of `dataset` in tables of at most `batch_rows` rows, read row group by row group."""
-    for fragment in rank_fragments(dataset, filter, rank, world_size):
+    for fragment, _ in rank_fragments(dataset, filter, rank, world_size):
         for record_batch in fragment.to_batches(
             schema=dataset.schema, columns=columns, filter=filter, batch_size=batch_rows
         ):
             if record_batch.num_rows:
                 yield pa.Table.from_batches([record_batch])
+
+
+def scan_rank_timelines(
+    dataset: pads.Dataset,
+    filter: pc.Expression | None,
+    rank: int,
+    world_size: int,
+    columns: list[str],
+    impressions: int,
+) -> Iterator[pa.Table]:
+    """This rank's whole timelines of `gold.user_timelines` in tables of at most `impressions` impressions (a
+    timeline holding more comes alone), row groups balanced by impressions across ranks. Read `TIMELINE_READ`
+    timelines at a time, so memory is bounded by a chunk however long the histories."""
+    pending: list[pa.Table] = []
+    size = 0
+    for fragment, _ in rank_fragments(dataset, filter, rank, world_size, impressions_in):
+        for record_batch in fragment.to_batches(
+            schema=dataset.schema, columns=columns, filter=filter, batch_size=TIMELINE_READ
+        ):
+            counts = pc.list_value_length(record_batch.column(VISIBLE_COLUMN)).to_numpy()
+            start = 0
+            for end, count in enumerate(counts):
+                if size and size + count > impressions:
+                    head = pa.Table.from_batches([record_batch.slice(start, end - start)])
+                    yield pa.concat_tables([*pending, head])
+                    pending, size, start = [], 0, end
+                size += int(count)
+            if start < record_batch.num_rows:
+                pending.append(pa.Table.from_batches([record_batch.slice(start)]))
+    if size:
+        yield pa.concat_tables(pending)
 
 
 @dataclass
@@ -204,8 +384,15 @@ class Batch:
     table: pa.Table  # the rows themselves (keys, truth), padding included
 
 
-class ExampleStream:
-    """Fixed-size batches of `gold.training_examples` rows for one rank."""
+class TimelineStream:
+    """Fixed-size batches of impressions for one rank, read as whole user timelines from `gold.user_timelines`.
+
+    Every batch holds exactly `batch_size` impression rows: timelines in order (shuffled within a buffer of
+    `shuffle_buffer` impressions, a new order every epoch), the one that crosses a batch's end split there, its
+    later impressions starting the next batch with the events they see. A user's events are therefore encoded once
+    per batch that holds the user's impressions, not once per impression. Ranks take whole files balanced by
+    impressions and yield `len(stream)` batches each, the last padded with `valid = False` rows.
+    """
 
     def __init__(
         self,
@@ -226,30 +413,26 @@ class ExampleStream:
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
         self.dataset = open_delta(path, version, spec)
         self.filter = ds_filter(start, end)
-        wanted = [f.idx_column for f in spec.features] + [
-            spec.sequence_idx_column,
-            *spec.sequence_side_columns,
-            *LABEL_COLUMNS,
-            *KEY_COLUMNS,
-        ]
+        self.per_user, self.per_impression, self.per_event = timeline_columns(spec, labels=True)
         names = set(self.dataset.schema.names)
-        missing = [c for c in wanted if c not in names]
+        missing = [c for c in (*self.per_user, *self.per_impression, *self.per_event) if c not in names]
         if missing:
             raise ValueError(f"{path} lacks columns {missing}; rebuild it with the current FeatureSpec")
-        self.columns = wanted + [c for c in TRUTH_COLUMNS if c in names]
-        self.fragments = _assign(
-            sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path), world_size, self.filter
-        )
-        self.total_rows = sum(rows for shard in self.fragments for _, rows in shard)
+        self.per_impression += [c for c in TRUTH_COLUMNS if c in names]
+        self.columns = [*self.per_user, *self.per_impression, *self.per_event]
+        fragments = sorted(self.dataset.get_fragments(filter=self.filter), key=lambda f: f.path)
+        self.fragments = _assign([(f, impressions_in(f, self.filter)) for f in fragments], world_size)
+        self.total_rows = sum(n for shard in self.fragments for _, n in shard)
         if self.total_rows == 0:
-            raise ValueError(f"no rows in {path} for ds in [{start}, {end}); check the partitions exist")
+            raise ValueError(f"no impressions in {path} for ds in [{start}, {end}); check the partitions exist")
 
     @property
     def rank_rows(self) -> int:
-        return sum(rows for _, rows in self.fragments[self.rank])
+        """This rank's impressions."""
+        return sum(n for _, n in self.fragments[self.rank])
 
     def __len__(self) -> int:
-        largest = max(sum(rows for _, rows in shard) for shard in self.fragments)
+        largest = max(sum(n for _, n in shard) for shard in self.fragments)
         return math.ceil(largest / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
@@ -257,65 +440,103 @@ class ExampleStream:
 
     def _rank_tables(self) -> Iterator[pa.Table]:
         shard = [fragment for fragment, _ in self.fragments[self.rank]]
-        if self.shuffle_buffer > 0:  # a new file order every epoch, then rows shuffled within the buffer
-            rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+        rng = np.random.default_rng([self.seed, self.rank, self.epoch])
+        if self.shuffle_buffer > 0:  # a new file order every epoch, then timelines shuffled within the buffer
             shard = [shard[i] for i in rng.permutation(len(shard))]
+        buffer: list[pa.Table] = []
+        size = 0
         for fragment in shard:
             for record_batch in fragment.to_batches(
                 schema=self.dataset.schema, columns=self.columns, filter=self.filter
             ):
-                if record_batch.num_rows:
-                    yield pa.Table.from_batches([record_batch])
-
-    def _shuffled(self) -> Iterator[pa.Table]:
-        if self.shuffle_buffer <= 0:
-            yield from self._rank_tables()
-            return
-        rng = np.random.default_rng([self.seed, self.rank, self.epoch])
-        buffer: list[pa.Table] = []
-        size = 0
-        for part in self._rank_tables():
-            buffer.append(part)
-            size += part.num_rows
-            if size >= self.shuffle_buffer:
-                merged = pa.concat_tables(buffer)
-                yield merged.take(rng.permutation(merged.num_rows))
-                buffer, size = [], 0
+                if not record_batch.num_rows:
+                    continue
+                buffer.append(pa.Table.from_batches([record_batch]))
+                size += _impression_count(buffer[-1])
+                if size >= max(self.shuffle_buffer, 1):
+                    yield self._shuffled(pa.concat_tables(buffer), rng)
+                    buffer, size = [], 0
         if buffer:
-            merged = pa.concat_tables(buffer)
-            yield merged.take(rng.permutation(merged.num_rows))
+            yield self._shuffled(pa.concat_tables(buffer), rng)
+
+    def _shuffled(self, table: pa.Table, rng: np.random.Generator) -> pa.Table:
+        return table.take(rng.permutation(table.num_rows)) if self.shuffle_buffer > 0 else table
 
     def __iter__(self) -> Iterator[Batch]:
         pending: list[pa.Table] = []
         size, emitted = 0, 0
-        for part in self._shuffled():
+        for part in self._rank_tables():
             pending.append(part)
-            size += part.num_rows
+            size += _impression_count(part)
             while size >= self.batch_size:
-                merged = pa.concat_tables(pending)
-                yield self._batch(merged.slice(0, self.batch_size), self.batch_size)
+                full, rest = self._cut(pa.concat_tables(pending), self.batch_size)
+                yield self._batch(full, self.batch_size)
                 emitted += 1
-                pending, size = [merged.slice(self.batch_size)], size - self.batch_size
+                pending, size = [rest], size - self.batch_size
         rest = pa.concat_tables(pending) if pending else None
         while emitted < len(self):
             yield self._padded(rest)
             emitted, rest = emitted + 1, None
 
-    def _padded(self, rest: pa.Table | None) -> Batch:
-        if rest is None or rest.num_rows == 0:
-            # A rank with no rows left still steps: one copied row, all masked out.
-            template = self.dataset.head(1, columns=self.columns, filter=self.filter)
-            return self._batch(template.take(np.zeros(self.batch_size, dtype=np.int64)), 0)
-        pad = np.concatenate([np.arange(rest.num_rows), np.zeros(self.batch_size - rest.num_rows, np.int64)])
-        return self._batch(rest.take(pad), rest.num_rows)
+    def _cut(self, table: pa.Table, n: int) -> tuple[pa.Table, pa.Table]:
+        """(the timelines holding the first n impressions, the rest), the timeline across the cut split in two."""
+        counts = pc.list_value_length(table.column(VISIBLE_COLUMN)).to_numpy()
+        ends = np.cumsum(counts)
+        row = int(np.searchsorted(ends, n))  # the row holding impression n - 1
+        inside = n - int(ends[row] - counts[row])  # of its impressions, those before the cut
+        head, tail = table.slice(0, row), table.slice(row + 1)
+        if inside == counts[row]:
+            return pa.concat_tables([head, table.slice(row, 1)]), tail
+        first, second = self._split(table.slice(row, 1), inside)
+        return pa.concat_tables([head, first]), pa.concat_tables([second, tail])
 
-    def _batch(self, table: pa.Table, n_valid: int) -> Batch:
+    def _split(self, row: pa.Table, at: int) -> tuple[pa.Table, pa.Table]:
+        """A one-timeline table as (its impressions before `at` with the events they see, the rest with all)."""
+        seen = int(row.column(VISIBLE_COLUMN)[0].values[at - 1].as_py())
+        first, second = row, row
+        for column in self.per_impression:
+            i = row.schema.get_field_index(column)
+            first = first.set_column(i, column, pc.list_slice(row.column(column), 0, at))
+            second = second.set_column(i, column, pc.list_slice(row.column(column), at))
+        for column in self.per_event:
+            i = row.schema.get_field_index(column)
+            first = first.set_column(i, column, pc.list_slice(row.column(column), 0, seen))
+        return first, second
+
+    def _padded(self, rest: pa.Table | None) -> Batch:
+        """The last batch: the rows left, then copies of a timeline's first impression alone, masked out."""
+        n_real = 0 if rest is None else _impression_count(rest)
+        source = rest if n_real else self.dataset.head(1, columns=self.columns, filter=self.filter)
+        template, _ = self._split(source.slice(0, 1), 1)
+        for column in self.per_event:
+            i = template.schema.get_field_index(column)
+            template = template.set_column(i, column, pc.list_slice(template.column(column), 0, 0))
+        i = template.schema.get_field_index(VISIBLE_COLUMN)
+        template = template.set_column(i, VISIBLE_COLUMN, pa.array([[0]], template.schema.field(i).type))
+        padding = template.take(np.zeros(self.batch_size - n_real, dtype=np.int64))
+        return self._batch(pa.concat_tables([rest, padding]) if n_real else padding, n_real)
+
+    def _batch(self, timelines: pa.Table, n_valid: int) -> Batch:
+        table = impression_rows(timelines, self.per_user, self.per_impression)
         valid = torch.zeros(table.num_rows, dtype=torch.bool)
         valid[:n_valid] = True
         return Batch(
-            features=features_to_kjt(table, self.spec),
+            features=timelines_to_kjt(timelines, self.spec),
             clicked=torch.from_numpy(table.column("clicked").to_numpy(zero_copy_only=False).astype(np.float32)),
             converted=torch.from_numpy(table.column("converted").to_numpy(zero_copy_only=False).astype(np.float32)),
             valid=valid,
             table=table,
         )
+
+
+def _impression_count(timelines: pa.Table) -> int:
+    return int(pc.sum(pc.list_value_length(timelines.column(VISIBLE_COLUMN))).as_py() or 0)
+
+
+def impression_rows(timelines: pa.Table, per_user: list[str], per_impression: list[str]) -> pa.Table:
+    """One row per impression of `timelines`: its per-impression columns flattened, the per-user ones repeated."""
+    counts = pc.list_value_length(timelines.column(VISIBLE_COLUMN)).to_numpy()
+    owner = pa.array(np.repeat(np.arange(timelines.num_rows), counts))
+    columns = {c: timelines.column(c).take(owner) for c in per_user}
+    columns |= {c: pc.list_flatten(timelines.column(c)) for c in per_impression}
+    return pa.table(columns)

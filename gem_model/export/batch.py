@@ -1,9 +1,11 @@
 """Batch scoring of one day with one model version: this rank's shard of every input, streamed in chunks.
 
 `score_day` is what `jobs/score.py` runs on every rank under torchrun: each rank streams its share
-of the users' scoring input, `silver.ad_features` and the day's `gold.training_examples` in
-chunks of `export.chunk_rows` through the model and writes `<out>/<table>/part-<rank>.parquet`;
-rank 0 writes `<out>/_SUCCESS.json` (row counts summed over the ranks) after every rank finished.
+of the users' scoring input and `silver.ad_features` in chunks of `export.chunk_rows` rows, and the
+day's `gold.user_timelines` in chunks of whole timelines of at most `export.chunk_rows` impressions
+(a user's events encoded once for all of the user's impressions), through the model and writes
+`<out>/<table>/part-<rank>.parquet`; rank 0 writes `<out>/_SUCCESS.json` (row counts summed over
+the ranks) after every rank finished.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -24,32 +26,51 @@ import torch
 import torch.distributed as dist
 
 from gem_model.config import ExportConfig
-from gem_model.data.loader import ds_filter, open_delta, rank_fragments, scan_rank
+from gem_model.data.loader import (
+    ds_filter,
+    impressions_in,
+    open_delta,
+    rank_fragments,
+    scan_rank,
+    scan_rank_timelines,
+    timeline_columns,
+)
 from gem_model.export.checkpoint import LoadedModel, load_model
 from gem_model.export.layout import SUCCESS_FILE
-from gem_model.export.scoring import score_embeddings, score_impressions
+from gem_model.export.scoring import score_embeddings, score_timelines
 from gem_model.paths import GemPaths
 from gem_model.train.trainer import DistEnv
 
 
 @dataclass(frozen=True)
 class ScoringInput:
-    """One input of the scoring job: which rows, which columns, and how a chunk of them is scored."""
+    """One input of the scoring job: which rows, which columns, and how a chunk of them is scored. Rows of
+    `timelines` are user timelines: a rank's share and its chunks are counted in impressions, the rows scored."""
 
     dataset: pads.Dataset
     filter: pc.Expression | None
     columns: list[str]
     score: Callable[[LoadedModel, pa.Table, date], pa.Table]
+    timelines: bool = False
+
+    def share(self, rank: int, world_size: int) -> int:
+        """The rows this rank scores."""
+        size = impressions_in if self.timelines else None
+        return sum(n for _, n in rank_fragments(self.dataset, self.filter, rank, world_size, size))
+
+    def chunks(self, rank: int, world_size: int, chunk_rows: int) -> Iterator[pa.Table]:
+        scan = scan_rank_timelines if self.timelines else scan_rank
+        return scan(self.dataset, self.filter, rank, world_size, self.columns, chunk_rows)
 
 
 def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) -> dict[str, ScoringInput]:
     spec = loaded.config.features
     user, ad = ([f.idx_column for f in spec.side(side)] for side in ("user", "ad"))
-    sequence = [spec.sequence_idx_column, *spec.sequence_side_columns]
-    examples = open_delta(paths.table("gold.training_examples"), spec=spec)
+    sequence = list(spec.sequence_columns)
+    timelines = open_delta(paths.table("gold.user_timelines"), spec=spec)
     day = ds_filter(ds, ds + timedelta(days=1))
-    if examples.count_rows(filter=day) == 0:
-        raise ValueError(f"gold.training_examples has no rows for ds={ds}; materialise that partition first")
+    if timelines.count_rows(filter=day) == 0:
+        raise ValueError(f"gold.user_timelines has no rows for ds={ds}; materialise that partition first")
     if not users.is_dir():
         raise FileNotFoundError(
             f"no users' scoring input at {users}; write it with "
@@ -59,7 +80,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
         "user_embeddings": ScoringInput(
             pads.dataset(users, format="parquet"),
             None,
-            ["user_id", *user, *sequence],
+            ["user_id", "ds", *user, *sequence],
             lambda m, t, d: score_embeddings(m, t, "user_id", d),
         ),
         "ad_embeddings": ScoringInput(
@@ -69,10 +90,7 @@ def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) 
             lambda m, t, d: score_embeddings(m, t, "ad_id", d),
         ),
         "teacher_logits": ScoringInput(
-            examples,
-            day,
-            ["impression_id", "user_id", "ad_id", "surface", *(f.idx_column for f in spec.features), *sequence],
-            score_impressions,
+            timelines, day, [c for part in timeline_columns(spec, labels=False) for c in part], score_timelines, True
         ),
     }
 
@@ -104,7 +122,7 @@ def _score_input(
     """Stream this rank's share of `source` through the model into one Parquet part; returns its rows."""
     writer: pq.ParquetWriter | None = None
     rows = 0
-    for chunk in scan_rank(source.dataset, source.filter, env.rank, env.world_size, source.columns, chunk_rows):
+    for chunk in source.chunks(env.rank, env.world_size, chunk_rows):
         table = source.score(loaded, chunk, ds)
         if writer is None:
             part.parent.mkdir(parents=True, exist_ok=True)
@@ -132,10 +150,7 @@ def score_day(
     loaded = load_model(paths.model_dir(model_version), env.device, bf16=export.bf16)
     counts = {}
     for name, source in scoring_inputs(paths, loaded, ds, users).items():
-        share = sum(
-            f.count_rows(filter=source.filter)
-            for f in rank_fragments(source.dataset, source.filter, env.rank, env.world_size)
-        )
+        share = source.share(env.rank, env.world_size)
         progress = Progress(name, share, export.progress_every_chunks, log) if env.rank == 0 else None
         rows = _score_input(
             loaded, source, ds, env, export.chunk_rows, out / name / f"part-{env.rank:05d}.parquet", progress

@@ -16,7 +16,7 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem_model.config import TASKS
-from gem_model.data.loader import features_to_kjt, open_delta
+from gem_model.data.loader import features_to_kjt, impression_rows, open_delta, timelines_to_kjt
 from gem_model.export.checkpoint import LoadedModel
 from gem_model.paths import GemPaths
 
@@ -77,11 +77,14 @@ def read_embeddings(
 
 
 @torch.inference_mode()
-def score_impressions(loaded: LoadedModel, examples: pa.Table, ds: date) -> pa.Table:
-    """gold.teacher_logits rows: one `<task>_logit` column per task for each impression."""
+def score_timelines(loaded: LoadedModel, timelines: pa.Table, ds: date) -> pa.Table:
+    """gold.teacher_logits rows: one `<task>_logit` column per task for each impression of `timelines` (rows of
+    gold.user_timelines), each user's events encoded once for all of the user's impressions."""
     with loaded.autocast():
-        logits = loaded.model.logits(_features(loaded, examples)).float().cpu().numpy()
-    columns = {c: examples.column(c) for c in ("impression_id", "user_id", "ad_id", "surface")}
+        logits = loaded.model.logits(timelines_to_kjt(timelines, loaded.config.features).to(loaded.device))
+    logits = logits.float().cpu().numpy()
+    rows = impression_rows(timelines, ["user_id"], ["impression_id", "ad_id", "surface"])
+    columns = {c: rows.column(c) for c in ("impression_id", "user_id", "ad_id", "surface")}
     for i, task in enumerate(TASKS):
         columns[f"{task}_logit"] = pa.array(logits[:, i].astype(np.float32))
-    return _stamp(columns, examples.num_rows, loaded, ds)
+    return _stamp(columns, rows.num_rows, loaded, ds)

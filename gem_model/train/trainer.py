@@ -35,7 +35,7 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from gem_model.config import GemConfig, TrainConfig
-from gem_model.data.loader import Batch, ExampleStream
+from gem_model.data.loader import Batch, TimelineStream
 from gem_model.models.gem import GemModel, GemOutput
 from gem_model.models.train_wrapper import GemTrain, esmm_probabilities
 from gem_model.train.metrics import binary_metrics
@@ -191,7 +191,7 @@ def dense_lr(tc: TrainConfig, step: int, steps_total: int) -> float:
 def train_epochs(
     dmp: DistributedModelParallel,
     optimizer: CombinedOptimizer,
-    stream: ExampleStream,
+    stream: TimelineStream,
     cfg: GemConfig,
     env: DistEnv,
     log: Log,
@@ -251,7 +251,7 @@ def train_epochs(
 
 
 @torch.no_grad()
-def predict(dmp: DistributedModelParallel, stream: ExampleStream, env: DistEnv, cfg: GemConfig) -> pa.Table | None:
+def predict(dmp: DistributedModelParallel, stream: TimelineStream, env: DistEnv, cfg: GemConfig) -> pa.Table | None:
     """Score every valid row of `stream` on every rank; rank 0 gets all rows, others None."""
     dmp.eval()
     parts = []

@@ -65,7 +65,7 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
 
 
 def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
-    from gem_lake.features.quality import sequence_stats
+    from gem_lake.features.quality import sequence_stats, timeline_stats
     from gem_lake.sources.world import Source
 
     lake, _, _ = pipeline
@@ -74,6 +74,10 @@ def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
     examples = read_table(spark, lake.paths.table("gold.training_examples"))
     stats = sequence_stats(examples, lake.config.features.max_seq_len)
     assert stats.point_in_time and stats.p99 >= 10 * max(stats.p50, 1)  # heavy-tailed, capped at max_seq_len
+    timelines = timeline_stats(
+        read_table(spark, lake.paths.table("gold.user_timelines")), lake.config.features.max_seq_len
+    )
+    assert timelines.point_in_time and timelines.impressions == examples.count()  # each impression once, per user
 
 
 def test_model_manifest_has_finite_holdout_metrics(pipeline):
@@ -185,7 +189,7 @@ def test_every_sql_query_returns_rows(pipeline, capsys, query):
 
 
 def _train_command(lake, config_file: Path, model_dir: Path, data_version: int) -> list[str]:
-    data = lake.paths.table("gold.training_examples")
+    data = lake.paths.table("gold.user_timelines")
     args = [
         "--config",
         str(config_file),
@@ -256,11 +260,12 @@ def test_a_training_window_trains_on_its_last_days_alone(pipeline, tmp_path):
     day, holdout = cfg.train_start, cfg.world.holdout_start
     days = teacher["training_data"]["train_days"]
     assert str(day) == days[-1] != days[0]  # the window is the last of several training days
-    rows = open_delta(lake.paths.table("gold.training_examples"), data_version).count_rows(
-        filter=ds_filter(day, holdout)
+    impressions = open_delta(lake.paths.table("gold.user_timelines"), data_version).to_table(
+        columns=["impression_count"], filter=ds_filter(day, holdout)
     )
+    rows = sum(impressions.column("impression_count").to_pylist())
     assert rows > 0
-    assert f"{rows} training rows from {day} to before {holdout}," in run.stdout
+    assert f"{rows} training impressions from {day} to before {holdout}," in run.stdout
     manifest = json.loads((model_dir / "manifest.json").read_text())
     assert manifest["training_data"]["train_days"] == [str(day)]
     assert manifest["training_data"]["holdout_days"] == teacher["training_data"]["holdout_days"]

@@ -92,7 +92,7 @@ def build_export_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
                 kinds={"pytorch", "delta"},
                 deps=[
                     TEACHER_MODEL,
-                    key("gold.training_examples"),
+                    key("gold.user_timelines"),
                     key("gold.user_sequences"),
                     key("silver.user_features"),
                     key("silver.ad_features"),

@@ -128,6 +128,33 @@ def _sequence_check(table: str, df: "DataFrame", max_seq_len: int, as_of: str | 
     )
 
 
+def _timeline_check(df: "DataFrame", max_seq_len: int) -> dg.AssetCheckResult:
+    from gem_lake.features.quality import timeline_stats
+
+    stats = timeline_stats(df, max_seq_len)
+    return dg.AssetCheckResult(
+        check_name=POINT_IN_TIME,
+        asset_key=key("gold.user_timelines"),
+        passed=stats.point_in_time,
+        description="each impression sees exactly the events strictly before it; events and impressions in time "
+        "order, arrays aligned, at most max_seq_len events before a user's first impression",
+        metadata={
+            "rows": stats.rows,
+            "impressions": stats.impressions,
+            "events": stats.events,
+            "rows_with_wrong_visible_events": stats.future_events,
+            "unordered_rows": stats.unordered,
+            "misaligned_rows": stats.misaligned,
+            "rows_over_max_len": stats.over_max_len,
+            "events_p50": stats.events_p50,
+            "events_p90": stats.events_p90,
+            "events_max": stats.events_max,
+            "impressions_p50": stats.impressions_p50,
+            "impressions_max": stats.impressions_max,
+        },
+    )
+
+
 def _label_check(df: "DataFrame", cfg: GemConfig) -> dg.AssetCheckResult:
     from gem_lake.features.quality import label_rates, null_rates
 
@@ -322,6 +349,46 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
             check_results=checks,
         )
 
+    @dg.asset(
+        key=key("gold.user_timelines"),
+        group_name=GROUP,
+        partitions_def=daily,
+        deps=[
+            key("bronze.impressions"),
+            key("silver.user_features"),
+            key("silver.ad_features"),
+            dg.AssetDep(key("bronze.events"), partition_mapping=event_window),
+        ],
+        kinds={"spark", "delta"},
+        check_specs=[
+            dg.AssetCheckSpec(
+                POINT_IN_TIME,
+                asset=key("gold.user_timelines"),
+                blocking=True,
+                partitions_def=daily,
+                description="each impression sees exactly the events strictly before it",
+            )
+        ],
+    )
+    def user_timelines(
+        context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
+        """Each user's day as one row: the events once, oldest first, and the day's impressions in time order,
+        each with how many of the events precede it. What the teacher trains on: a user's history is encoded once,
+        not once per impression."""
+        from gem_lake.delta import read_table
+        from gem_lake.features.build import build_user_timelines, require_inputs
+
+        ds, cfg = partition_date(context), lake.config
+        inputs = require_inputs(cfg, lake.paths, "gold.user_timelines", ds)  # before Spark starts
+        s = spark.session()
+        rows = build_user_timelines(s, cfg, lake.paths, ds)
+        written = _partition(read_table(s, lake.paths.table("gold.user_timelines")), ds)
+        return dg.MaterializeResult(
+            metadata={**table_metadata(lake, "gold.user_timelines", rows), "input_rows": dg.MetadataValue.json(inputs)},
+            check_results=[_timeline_check(written, cfg.features.max_seq_len)],
+        )
+
     rejected_rows = dg.AssetSpec(
         REJECTED_ROWS,
         group_name=GROUP,
@@ -340,4 +407,5 @@ def build_feature_assets(cfg: GemConfig) -> list[dg.AssetsDefinition]:
         silver_ad_features,
         user_sequences,
         training_examples,
+        user_timelines,
     ]

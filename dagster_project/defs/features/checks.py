@@ -12,7 +12,13 @@ from dagster_project.defs.partitions import daily_partitions
 from gem_model.config import GemConfig
 
 DIMENSION_TABLES = ("bronze.users", "bronze.ads", "silver.user_features", "silver.ad_features")
-DAILY_TABLES = ("bronze.events", "bronze.impressions", "gold.user_sequences", "gold.training_examples")
+DAILY_TABLES = (
+    "bronze.events",
+    "bronze.impressions",
+    "gold.user_sequences",
+    "gold.training_examples",
+    "gold.user_timelines",
+)
 
 
 def build_feature_checks(cfg: GemConfig) -> list[dg.AssetChecksDefinition]:

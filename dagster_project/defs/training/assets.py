@@ -1,8 +1,8 @@
 """The teacher model asset: launches distributed training (torchrun) through Dagster Pipes.
 
 The model version is derived from the config fingerprint and the pinned Delta version of
-`gold.training_examples`, so re-materialising on unchanged data and config rewrites the same
-version instead of creating a duplicate. One run trains a version at a time (its resumable
+`gold.user_timelines` (the teacher trains on users' timelines), so re-materialising on unchanged data
+and config rewrites the same version instead of creating a duplicate. One run trains a version at a time (its resumable
 working directory is per version: `gem_lake.locks.partition_lock`). The blocking `holdout_metrics`
 check is the promotion rule's verdict on the version just trained (`gem_model.train.promotion.promote`:
 its own metrics, the AUC floor, no regression beyond the tolerance against the promoted model on the
@@ -43,7 +43,7 @@ HOLDOUT_CHECK = dg.AssetCheckSpec(
 @dg.asset(
     key=TEACHER_MODEL,
     group_name=GROUP,
-    deps=[key("gold.training_examples")],
+    deps=[key("gold.user_timelines")],
     kinds={"pytorch"},
     check_specs=[HOLDOUT_CHECK],
 )
@@ -52,7 +52,7 @@ def teacher_model(context: dg.AssetExecutionContext, lake: LakeResource, launche
     from gem_lake.delta import table_version
 
     cfg, paths = lake.config, lake.paths
-    data = paths.table("gold.training_examples")
+    data = paths.table("gold.user_timelines")
     data_version = table_version(data)
     model_version = f"gem-{cfg.preset}-{cfg.fingerprint}-d{data_version}"
     model_dir = paths.model_dir(model_version)

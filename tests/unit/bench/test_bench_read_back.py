@@ -27,7 +27,7 @@ def test_a_bench_model_of_the_lakes_version_is_read_back_not_retrained(trained):
 def test_a_bench_model_of_another_version_of_the_lake_is_refused_with_the_fix(trained):
     with pytest.raises(
         SystemExit,
-        match=r"bench-v was trained on Delta version 7 of gold.training_examples and the "
+        match=r"bench-v was trained on Delta version 7 of gold.user_timelines and the "
         r"table is at version 8 now.*move the directory aside to retrain it",
     ):
         train(GemConfig(), trained, "bench-v", data_version=8)

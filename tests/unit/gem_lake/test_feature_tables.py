@@ -1,7 +1,9 @@
 """Spark transforms: point-in-time sequences, hashing, and idempotent partition writes."""
 
 import dataclasses
-from datetime import date, datetime
+import math
+import random
+from datetime import date, datetime, timedelta
 
 import pytest
 from pyspark.sql import Row
@@ -9,6 +11,7 @@ from pyspark.sql import functions as F
 
 from gem_lake.delta import SchemaChangeError, read_table, replace_partition
 from gem_lake.features import tables
+from gem_lake.table_contract import schema_violations
 from gem_model.config import ConfigError, FeatureSpec, SparseFeature
 
 pytestmark = pytest.mark.spark
@@ -281,3 +284,253 @@ def test_a_feature_table_takes_and_serves_rows_of_one_mapping_only(spark, tmp_pa
         open_delta(path, spec=new)
     with pytest.raises(FeatureMappingError, match="before feature mappings were recorded"):
         open_delta(path, version=0, spec=old)  # pinned to the commit before the mapping was recorded
+
+
+def _timeline_events(spark):
+    def event(user: int, item: int, action: str, ts: datetime) -> Row:
+        return Row(user_id=user, item_id=item, action=action, surface="feed", ts=ts, ds=ts.date())
+
+    return spark.createDataFrame(
+        [  # user 1: three events before its first impression (10:00), one at it, two tied at 10:30, one after all
+            event(1, 31, "view", datetime(2026, 11, 1, 8)),
+            event(1, 11, "view", datetime(2026, 11, 2, 8)),
+            event(1, 12, "view", datetime(2026, 11, 3, 9)),
+            event(1, 13, "click", datetime(2026, 11, 3, 10)),
+            event(1, 14, "view", datetime(2026, 11, 3, 10, 30)),
+            event(1, 12, "click", datetime(2026, 11, 3, 10, 30)),
+            event(1, 15, "view", datetime(2026, 11, 3, 13)),
+            event(2, 21, "view", datetime(2026, 10, 1, 11)),  # outside the lookback window
+            event(3, 31, "view", datetime(2026, 11, 3, 8)),  # user 3 has no impression on DS
+        ]
+    )
+
+
+def _timeline_impressions(spark):
+    def impression(id_: str, ts: datetime, user: int, ad: int, surface: str, position: int, labels: str) -> Row:
+        clicked, converted = (c == "1" for c in labels)
+        return Row(
+            impression_id=id_,
+            ts=ts,
+            ds=ts.date(),
+            user_id=user,
+            ad_id=ad,
+            surface=surface,
+            position=position,
+            clicked=clicked,
+            converted=converted,
+            p_click=position / 10,
+            p_convert=0.01,
+        )
+
+    return spark.createDataFrame(
+        [  # out of time order; a and e share a ts
+            impression("c", datetime(2026, 11, 3, 12), 1, 99, "feed", 3, "11"),
+            impression("e", datetime(2026, 11, 3, 10), 1, 12, "reels", 2, "00"),
+            impression("a", datetime(2026, 11, 3, 10), 1, 5, "feed", 1, "10"),
+            impression("b", datetime(2026, 11, 3, 12), 2, 5, "feed", 1, "00"),
+            impression("x", datetime(2026, 11, 2, 12), 3, 5, "feed", 1, "00"),  # another day
+        ]
+    )
+
+
+def _timeline_dimensions(spark, spec: FeatureSpec):
+    users = tables.silver_user_features(
+        spark.createDataFrame([Row(user_id=1, age_bucket="18-24", country="US", device="ios")]), spec
+    )
+    ads = tables.silver_ad_features(
+        spark.createDataFrame(
+            [
+                Row(ad_id=5, advertiser_id=1, category=2, ad_format="video", objective="conversion"),
+                Row(ad_id=12, advertiser_id=1, category=7, ad_format="image", objective="conversion"),
+            ]
+        ),
+        spec,
+    )
+    return users, ads
+
+
+def _timelines(spark, spec: FeatureSpec):
+    users, ads = _timeline_dimensions(spark, spec)
+    return tables.user_timelines(_timeline_impressions(spark), _timeline_events(spark), users, ads, spec, DS)
+
+
+@pytest.mark.slow
+def test_a_timeline_holds_each_event_once_oldest_first_and_what_each_impression_sees(spark):
+    spec = FeatureSpec(max_seq_len=2)
+    users, ads = _timeline_dimensions(spark, spec)
+    out = {r["user_id"]: r.asDict() for r in _timelines(spark, spec).collect()}
+    assert set(out) == {1, 2}  # user 3's only impression is on another day
+    one = out[1]
+    # Of the three events before the first impression the newest two; the tie at 10:30 by item; 15 after every
+    # impression is gone.
+    assert one["seq_item_ids"] == [11, 12, 13, 12, 14]
+    assert (
+        one["seq_ts"]
+        == [datetime(2026, 11, 2, 8), datetime(2026, 11, 3, 9), datetime(2026, 11, 3, 10)]
+        + [datetime(2026, 11, 3, 10, 30)] * 2
+    )
+    assert one["seq_actions"] == ["view", "view", "click", "click", "view"]
+    assert one["seq_item_idx"] == [12, 13, 14, 13, 15]  # 1 + id mod 2047
+    assert one["seq_category_idx"] == [0, 8, 0, 8, 0]  # item 12 is ad 12 (category 7: row 8); the others no ad
+    view, click = one["seq_action_idx"][0], one["seq_action_idx"][2]
+    assert one["seq_action_idx"] == [view, view, click, click, view] and view != click
+    # Minutes to the end of DS: 2,400, 900, 840, 810, 810 -> floor(log2(1 + minutes)).
+    assert one["seq_age_idx"] == [11, 9, 9, 9, 9]
+    # Impressions by time, ties by id; the event at 10:00 is not visible to the impressions at 10:00.
+    assert one["impression_id"] == ["a", "e", "c"] and one["impression_count"] == 3
+    assert one["visible"] == [2, 2, 5]
+    assert one["target_age_idx"] == [9, 9, 9]  # 840, 840 and 720 minutes before the end of DS
+    assert one["ts"] == [datetime(2026, 11, 3, 10)] * 2 + [datetime(2026, 11, 3, 12)]
+    assert one["ad_id"] == [5, 12, 99] and one["surface"] == ["feed", "reels", "feed"]
+    assert (one["clicked"], one["converted"]) == ([True, False, True], [False, False, True])
+    assert (one["p_click"], one["p_convert"]) == ([0.1, 0.2, 0.3], [0.01] * 3)
+    assert one["hour_of_day"] == [10, 10, 12] and one["hour_of_day_idx"] == [11, 11, 13]  # 1 + hour mod 31
+    assert one["ad_id_idx"] == [6, 13, 100] and one["position_idx"] == [2, 3, 4]
+    assert one["advertiser_id_idx"] == [2, 2, 0] and one["category_idx"] == [3, 8, 0]  # ad 99 has no row
+    formats = {r["ad_id"]: r["ad_format_idx"] for r in ads.collect()}
+    assert one["ad_format_idx"] == [formats[5], formats[12], tables.MISSING_ROW] and formats[5] != formats[12]
+    feed, reels = one["surface_idx"][0], one["surface_idx"][1]
+    assert one["surface_idx"] == [feed, reels, feed] and tables.MISSING_ROW not in (feed, reels) and feed != reels
+    user = users.first()
+    assert one["user_id_idx"] == 2 and (one["country"], one["country_idx"]) == ("US", user["country_idx"])
+    two = out[2]  # no event in the window, no silver.user_features row
+    assert (two["impression_id"], two["visible"], two["seq_item_ids"], two["seq_ts"]) == (["b"], [0], [], [])
+    assert (two["device"], two["device_idx"], two["user_id_idx"]) == (None, tables.MISSING_ROW, 3)
+
+
+def _random_world(spark, seed: int = 7):
+    """Events and impressions of 6 users over 4 days on a 20-minute grid, so events share their ts with each other
+    and with impressions; ads 1-20 exist, items 21-30 are no ads."""
+    rng = random.Random(seed)
+    days = [DS - timedelta(days=n) for n in range(4)]
+
+    def instant(day: date) -> datetime:
+        return datetime(day.year, day.month, day.day) + timedelta(minutes=20 * rng.randrange(72))
+
+    active = [1] * 6 + [2] * 3 + [3, 4]  # users 5 and 6 have no events
+    keys = {
+        (rng.choice(active), rng.randint(1, 30), rng.choice(["view", "click"]), instant(rng.choice(days)))
+        for _ in range(60)
+    }
+    events = [Row(user_id=u, item_id=i, action=a, surface="feed", ts=ts, ds=ts.date()) for u, i, a, ts in keys]
+    impressions = [
+        Row(
+            impression_id=f"i{n}",
+            ts=(ts := instant(DS if n < 40 else DS - timedelta(days=1))),
+            ds=ts.date(),
+            user_id=rng.randint(1, 6),
+            ad_id=rng.randint(1, 24),
+            surface=rng.choice(["feed", "reels"]),
+            position=rng.randint(1, 5),
+            clicked=(clicked := rng.random() < 0.3),
+            converted=clicked and rng.random() < 0.5,
+        )
+        for n in range(50)
+    ]
+    return spark.createDataFrame(events), spark.createDataFrame(impressions)
+
+
+def _age(ts: datetime) -> int:
+    """The age bucket of `ts` at the end of DS, worked out apart from Spark."""
+    minutes = (datetime(2026, 11, 4) - ts).total_seconds() / 60
+    return min(math.floor(math.log2(1 + minutes)), FeatureSpec().age_buckets - 1)
+
+
+@pytest.mark.slow
+def test_timelines_conserve_impressions_and_show_each_the_events_of_its_training_example(spark):
+    spec = FeatureSpec(max_seq_len=4, lookback_days=2)
+    events, impressions = _random_world(spark)
+    users = tables.silver_user_features(
+        spark.createDataFrame([Row(user_id=u, age_bucket="25-34", country="BR", device="web") for u in (1, 2, 3, 5)]),
+        spec,
+    )
+    ads = tables.silver_ad_features(
+        spark.createDataFrame(
+            [
+                Row(ad_id=a, advertiser_id=a % 3, category=a % 5, ad_format="video", objective="sales")
+                for a in range(1, 21)
+            ]
+        ),
+        spec,
+    )
+    examples = {
+        r["impression_id"]: r for r in tables.training_examples(impressions, events, users, ads, spec, DS).collect()
+    }
+    timelines = tables.user_timelines(impressions, events, users, ads, spec, DS).collect()
+    assert sum(r["impression_count"] for r in timelines) == len(examples) == 40
+    assert sorted(i for r in timelines for i in r["impression_id"]) == sorted(examples)
+    lengths, tied = [], []  # each impression's training sequence length; whether an event shares its ts
+    for row in timelines:
+        assert row["seq_age_idx"] == [_age(t) for t in row["seq_ts"]]
+        seen = list(zip(row["seq_ts"], row["seq_item_ids"], row["seq_actions"], row["seq_category_idx"]))
+        for i, impression_id in enumerate(row["impression_id"]):
+            example = examples[impression_id]
+            sequence = list(
+                zip(example["seq_ts"], example["seq_item_ids"], example["seq_actions"], example["seq_category_idx"])
+            )
+            visible = seen[: row["visible"][i]][::-1]  # newest first, as training_examples holds it
+            assert visible[: spec.max_seq_len] == sequence, impression_id
+            if len(sequence) < spec.max_seq_len:  # not cut: exactly the same events
+                assert len(visible) == len(sequence), impression_id
+            lengths.append(len(sequence))
+            tied.append(row["ts"][i] in row["seq_ts"])
+            assert row["target_age_idx"][i] == _age(row["ts"][i]), impression_id
+            for column in (
+                "ts",
+                "ad_id",
+                "surface",
+                "clicked",
+                "converted",
+                "hour_of_day",
+                *(f.idx_column for f in spec.features if f.side != "user"),
+            ):
+                assert row[column][i] == example[column], (impression_id, column)
+            for f in spec.side("user"):
+                assert row[f.idx_column] == example[f.idx_column], (impression_id, f.name)
+    assert spec.max_seq_len in lengths and min(lengths) < spec.max_seq_len and any(tied)  # every case was checked
+
+
+@pytest.mark.slow
+def test_timeline_stats_pass_a_good_partition_and_flag_an_impression_shown_a_later_event(spark):
+    from gem_lake.features.quality import timeline_stats
+
+    good = _timelines(spark, FeatureSpec(max_seq_len=2))
+    stats = timeline_stats(good, max_seq_len=2)
+    assert stats.point_in_time
+    assert (stats.rows, stats.impressions, stats.events, stats.events_max, stats.impressions_max) == (2, 4, 5, 5, 3)
+    # Impression a (10:00) made to see the event at 10:00 too.
+    peeks = F.transform("visible", lambda v, i: F.when(i == 0, v + 1).otherwise(v))
+    bad = timeline_stats(good.withColumn("visible", F.when(F.col("user_id") == 1, peeks).otherwise(F.col("visible"))))
+    assert (bad.future_events, bad.unordered, bad.misaligned, bad.point_in_time) == (1, 0, 0, False)
+    shuffled = good.withColumn("seq_ts", F.reverse("seq_ts"))
+    assert timeline_stats(shuffled).unordered == 1
+    short = good.withColumn("clicked", F.slice("clicked", 1, 1))
+    assert timeline_stats(short).misaligned == 1
+    assert timeline_stats(good, max_seq_len=1).over_max_len == 1  # user 1 keeps two events before its first
+
+
+@pytest.mark.slow
+def test_building_a_day_of_timelines_twice_replaces_it_and_records_the_mapping(spark, tmp_path):
+    from gem_lake.features.bronze import land
+    from gem_lake.features.build import build_silver, build_user_timelines
+    from gem_model.config import SURFACES, GemConfig
+    from gem_model.data.loader import recorded_mapping
+    from gem_model.paths import GemPaths
+
+    cfg = GemConfig.from_dict({"features": {"max_seq_len": 2, "lookback_days": 0}})  # DS's events only
+    paths = GemPaths(tmp_path)
+    spec = cfg.features
+    users, ads = _timeline_dimensions(spark, spec)
+    land(users.select("user_id", "age_bucket", "country", "device"), "bronze.users", paths, SURFACES)
+    land(ads.select(*[c for c in ads.columns if not c.endswith("_idx")]), "bronze.ads", paths, SURFACES)
+    for table in ("silver.user_features", "silver.ad_features"):
+        build_silver(spark, cfg, paths, table)
+    events, impressions = _timeline_events(spark), _timeline_impressions(spark)
+    land(events.where(F.col("ds") == DS), "bronze.events", paths, SURFACES, DS)
+    land(impressions.where(F.col("ds") == DS), "bronze.impressions", paths, SURFACES, DS)
+    assert build_user_timelines(spark, cfg, paths, DS) == build_user_timelines(spark, cfg, paths, DS) == 2
+    table = paths.table("gold.user_timelines")
+    written = read_table(spark, table)
+    assert written.count() == 2 and recorded_mapping(table) == spec.mapping
+    assert schema_violations("gold.user_timelines", {f.name: f.dataType.simpleString() for f in written.schema}) == []
+    assert {r["user_id"]: r["visible"] for r in written.collect()} == {1: [1, 1, 4], 2: [0]}

@@ -23,9 +23,8 @@ from gem_model.config import (
 from gem_model.documents import MAX_BYTES
 
 # A preset's fingerprint names its trained model versions, so only a change meant to make new models may
-# change these: last, the config's layout (the research options moved to model.experimental, the tries that
-# lost removed).
-PRESET_FINGERPRINTS = {"tiny": "9b72140dce", "small": "7722e5643f", "medium": "9a9ebb2cea"}
+# change these: last, the timeline arch in place of the per-impression pyramid (model.sequence's keys).
+PRESET_FINGERPRINTS = {"tiny": "a9340ecdee", "small": "84f19f31d2", "medium": "a78c6f7329"}
 
 
 def test_presets_round_trip_through_json():
@@ -183,7 +182,14 @@ def test_sequence_item_attributes_are_ad_attributes_with_their_own_side_columns(
     spec = FeatureSpec()
     category = spec.by_name("category").buckets
     assert spec.sequence_side_columns == {"seq_action_idx": 16, "seq_age_idx": 16, "seq_category_idx": category}
-    assert spec.kjt_keys[-1] == "seq_category_idx"
+    assert spec.kjt_keys[-6:] == (
+        "seq_category_idx",
+        "seq_minutes",
+        "timeline_start",
+        "visible",
+        "target_age_idx",
+        "target_minutes",
+    )
     assert FeatureSpec(sequence_item_attributes=()).sequence_side_columns.keys() == {"seq_action_idx", "seq_age_idx"}
     with pytest.raises(ValueError, match="'country' is not an ad attribute"):
         FeatureSpec(sequence_item_attributes=("country",))
@@ -261,7 +267,7 @@ def test_direct_construction_is_checked_like_json():
         (lambda: TrainConfig(nproc=100_000), "train.nproc=100000: must be an integer in [1, 4096]"),
         (lambda: ExportConfig(nproc=0), "export.nproc=0: must be an integer in [1, 4096]"),
         (lambda: TrainConfig(dense_lr=-1.0), "train.dense_lr=-1.0: must be a number in (0, 10]"),
-        (lambda: SequenceConfig(pyramid=(16, 0)), "model.sequence.pyramid[1]=0: must be an integer in [1, 1048576]"),
+        (lambda: SequenceConfig(layers=0), "model.sequence.layers=0: must be an integer in [1, 2147483647]"),
         (
             lambda: SparseFeature("user_id", 1, "user"),
             "features.features['user_id'].buckets=1: must be an integer in [2, 2147483647]",
@@ -309,18 +315,10 @@ def test_direct_construction_is_checked_like_json():
         ({"data": {"click_rate_bounds": [0.5, 0.1]}}, "data.click_rate_bounds=[0.5, 0.1]: the low bound exceeds"),
         ({"data": {"data_dir": None}}, "data.data_dir=None: must be a string, not null"),
         (
-            {"model": {"experimental": {"attention_activation": "relu"}}},
-            "model.experimental.attention_activation='relu': must be one of "
-            "['softmax', 'silu', 'gelu', 'relu2', 'identity']",
-        ),
-        (
             {"model": {"architecture": "xgboost"}},
             "model.architecture='xgboost': must be one of ['gem', 'dlrm', 'dcnv2', 'lr']",
         ),
-        (
-            {"model": {"sequence": {"pyramid": []}}},
-            "model.sequence.pyramid=[]: must be a non-empty JSON array, each element an integer in [1, 1048576]",
-        ),
+        ({"model": {"sequence": {"window": -1}}}, "model.sequence.window=-1: must be an integer in [0, 1048576]"),
         ({"model": {"wukong": {"mlp_dims": [128, 0]}}}, "model.wukong.mlp_dims[1]=0: must be an integer in [1, 65536]"),
         (
             {"model": {"surface_dims": [32, 16]}},
@@ -524,34 +522,11 @@ def test_the_gem_cli_prints_a_config_error_instead_of_a_traceback(tmp_path, monk
     )
 
 
-def test_a_gdpa_pffn_without_interleaving_is_refused():
-    """Without interleaving the pyramid gets nothing from the non-sequential side to personalise with."""
+def test_wukong_experts_must_divide_each_block():
     _refused(
-        {"model": {"experimental": {"pffn": "gdpa"}}},
-        "model.experimental.pffn='gdpa' personalises the events from the non-sequential side",
+        {"model": {"experimental": {"wukong_experts": 3}}},
+        "model.wukong.n_fm=8 must be divisible by model.experimental.wukong_experts=3",
     )
-    cfg = GemConfig.from_dict({"model": {"experimental": {"interleave": True, "pffn": "gdpa"}}})
-    assert cfg.model.experimental.interleave and cfg.model.experimental.pffn == "gdpa"
-
-
-@pytest.mark.parametrize(
-    "experimental, pyramid, message",
-    [
-        ({"comp_skip": True}, [64, 16], "model.experimental.comp_skip needs model.experimental.seed_pooling=true"),
-        (
-            {"comp_skip": True, "seed_pooling": True},
-            [64],
-            "model.experimental.comp_skip needs at least 2 pyramid layers, got model.sequence.pyramid=[64]",
-        ),
-        (
-            {"wukong_experts": 3},
-            [64, 16],
-            "model.wukong.n_fm=8 must be divisible by model.experimental.wukong_experts=3",
-        ),
-    ],
-)
-def test_research_options_that_need_each_other_are_refused_naming_both(experimental, pyramid, message):
-    _refused({"model": {"experimental": experimental, "sequence": {"pyramid": pyramid}}}, message)
 
 
 @pytest.mark.parametrize(
@@ -568,14 +543,23 @@ def test_research_options_that_need_each_other_are_refused_naming_both(experimen
         ("train", "dense_weight_decay"),
         # Moved to model.experimental.
         ("model", "interleave"),
-        ("model.sequence", "window"),
         ("model.sequence", "activation"),
         ("model.sequence", "summary"),
         ("model.wukong", "n_experts"),
+        # The per-impression pyramid's, retired with it for the timeline arch.
+        ("model.sequence", "pyramid"),
+        ("model.sequence", "n_cls"),
+        ("model.experimental", "interleave"),
+        ("model.experimental", "pffn"),
+        ("model.experimental", "attention_activation"),
+        ("model.experimental", "attention_window"),
+        ("model.experimental", "seed_pooling"),
+        ("model.experimental", "comp_skip"),
     ],
 )
 def test_removed_and_moved_settings_are_unknown_keys(where, key):
-    """Tries that lost went with their code, and the research options live in model.experimental alone."""
+    """Tries that lost went with their code, the research options live in model.experimental alone, and the
+    pyramid's settings went with it."""
     overrides: dict = {key: 1}
     for section in reversed(where.split(".")):
         overrides = {section: overrides}

@@ -1,4 +1,4 @@
-"""GEM's parts: jagged ops, Wukong, the sequence pyramid, the heads, and the assembled models."""
+"""GEM's parts: Wukong, the heads, and the assembled models (the timeline arch's own: test_timeline.py)."""
 
 import dataclasses
 
@@ -6,20 +6,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-from gem_model.config import ARCHITECTURES, ExperimentalConfig, GemConfig, SequenceConfig, WukongConfig
-from gem_model.data.loader import features_to_kjt
+from gem_model.config import ARCHITECTURES, ExperimentalConfig, GemConfig, WukongConfig
+from gem_model.data.loader import features_to_kjt, timelines_to_kjt
 from gem_model.models.gem import GemModel
 from gem_model.modules.heads import MultiSurfaceHeads
-from gem_model.modules.jagged import concat_rows, first_tokens, keep_first
-from gem_model.modules.seed_pooling import HierarchicalSeedPooling, SumKronLinear
-from gem_model.modules.sequence import (
-    GDPAPersonalizedFFN,
-    SequenceLayer,
-    SequenceSummary,
-    SequenceTokenizer,
-)
 from gem_model.modules.wukong import WukongExperts, WukongLayer, low_rank_fm
-from gem_model.testing.examples import random_examples
+from gem_model.testing.examples import impression_alone, random_examples, random_timelines
 
 CFG = GemConfig()
 SPEC = CFG.features
@@ -27,39 +19,11 @@ ABLATIONS = [
     {},
     {"use_wukong": False},
     {"use_sequence": False},
-    # The events without the default's match rows.
+    # The events without the match signal; a sliding window shorter than the histories; Wukong experts.
     {"sequence": dataclasses.replace(CFG.model.sequence, match_candidate=False)},
-    # The research options: interleaving; a sliding window in the lower layers with GDPA's gelu weights;
-    # the PFFN as GDPA with seed pooling; Computation Skip (which needs seed pooling), with and without
-    # interleaving (the PFFN personalises only an interleaved pyramid); Wukong experts.
-    {"experimental": ExperimentalConfig(interleave=True)},
-    {"experimental": ExperimentalConfig(attention_window=4, attention_activation="gelu")},
-    {"experimental": ExperimentalConfig(interleave=True, pffn="gdpa", seed_pooling=True)},
-    {"experimental": ExperimentalConfig(interleave=True, seed_pooling=True, comp_skip=True)},
-    {"experimental": ExperimentalConfig(seed_pooling=True, comp_skip=True)},
+    {"sequence": dataclasses.replace(CFG.model.sequence, window=4)},
     {"experimental": ExperimentalConfig(wukong_experts=2)},
 ]
-EXPERIMENTAL = ExperimentalConfig()
-
-
-def _column(values: list[list[float]]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32)
-
-
-def test_concat_rows_interleaves_per_row():
-    a, a_len = _column([[1], [2], [3]]), torch.tensor([2, 0, 1])
-    b, b_len = _column([[10], [20], [30]]), torch.tensor([1, 2, 0])
-    out, lengths, a_at, b_at = concat_rows(a, a_len, b, b_len)
-    assert out.squeeze(1).tolist() == [1, 2, 10, 20, 30, 3]
-    assert lengths.tolist() == [3, 2, 1] and a_at.tolist() == [0, 1, 5] and b_at.tolist() == [2, 3, 4]
-
-
-def test_keep_first_pools_the_dropped_tail_and_first_tokens_pads_short_rows():
-    values, lengths = _column([[1], [2], [3], [4], [5]]), torch.tensor([4, 1])
-    kept, kept_len, dropped_mean, dropped = keep_first(values, lengths, 2)
-    assert kept.squeeze(1).tolist() == [1, 2, 5] and kept_len.tolist() == [2, 1]
-    assert dropped_mean.squeeze(1).tolist() == [3.5, 0.0] and dropped.tolist() == [True, False]
-    assert first_tokens(values, lengths, 2).squeeze(2).tolist() == [[1, 2], [5, 0]]
 
 
 def test_low_rank_fm_equals_pairwise_dot_products_times_y():
@@ -80,48 +44,6 @@ def test_wukong_layer_maps_n_embeddings_to_nf_plus_nl_normalised_ones():
     assert torch.allclose(out.mean(-1), torch.zeros(6, 8), atol=1e-5)  # LayerNorm over D
 
 
-def test_pyramid_layer_keeps_the_newest_tokens_plus_one_pooled_token():
-    config = SequenceConfig(dim=8, heads=2, n_cls=2)
-    layer = SequenceLayer(config, EXPERIMENTAL, keep=3, personalised=True)
-    lengths = torch.tensor([0, 2, 3, 7])
-    tokens, out_lengths, cls_out, level = layer(torch.randn(12, 8), lengths, 7, torch.randn(4, 2, 8), torch.randn(4, 8))
-    assert out_lengths.tolist() == [0, 2, 3, 4] and tokens.shape == (9, 8) and cls_out.shape == (4, 2, 8)
-    assert level.shape == (12, 8)  # every token before the truncation: what seed pooling reads
-
-
-def test_sum_kron_linear_is_the_sum_of_its_kronecker_factored_maps():
-    torch.manual_seed(0)
-    layer, x = SumKronLinear(n_in=5, n_out=3, d_in=4, d_out=2, rank=2), torch.randn(6, 5, 4)
-    explicit = sum(layer.z[i].T @ x @ layer.w[i] for i in range(2))  # Z_iᵀ X_b W_i, batched over b
-    torch.testing.assert_close(layer(x), explicit)
-
-
-def test_seed_pooling_attends_within_each_row_and_pools_an_empty_row_to_zeros():
-    torch.manual_seed(0)
-    config = ExperimentalConfig(seed_pooling=True, hsp_seeds=10, hsp_tokens=3, hsp_rank=2)
-    hsp = HierarchicalSeedPooling(config, dim=8, heads=2, out_dim=6, max_len=5)
-    tokens, lengths = torch.randn(9, 8), torch.tensor([4, 0, 5])
-    out = hsp(tokens, lengths)
-    assert out.shape == (3, 3, 6) and torch.equal(out[1], torch.zeros(3, 6))
-    moved = tokens.clone()
-    moved[5:] += torch.randn(4, 8)  # row 2 only (not a constant: the layer norm would remove it)
-    again = hsp(moved, lengths)
-    torch.testing.assert_close(again[0], out[0])
-    assert not torch.allclose(again[2], out[2])
-
-
-def test_gdpa_pffn_is_a_per_row_two_layer_ffn_made_from_the_context():
-    torch.manual_seed(0)
-    pffn = GDPAPersonalizedFFN(dim=8, heads=2, n_kv=3, activation="relu2", context_dim=5)
-    x, context, rows = torch.randn(7, 8), torch.randn(2, 5), torch.tensor([0, 0, 0, 1, 1, 1, 1])
-    out = pffn(x, context, torch.tensor([3, 4]))
-    for t in range(7):
-        k, v = pffn.kv(context[rows[t]]).view(2, 3, 2, 4).unbind(0)  # [n_kv, H, dh]
-        q = pffn.q(pffn.norm(x[t])).view(2, 4)
-        hidden = torch.relu(torch.einsum("hd,khd->hk", q, k) / 2.0).square() / 3  # relu² / n_kv
-        torch.testing.assert_close(out[t], x[t] + pffn.out(torch.einsum("hk,khd->hd", hidden, v).reshape(8)))
-
-
 def test_wukong_experts_mix_only_their_own_group():
     torch.manual_seed(0)
     layer = WukongExperts(n_in=5, dim=4, config=WukongConfig(n_fm=4, n_lc=2, rank=2), n_experts=2)
@@ -131,46 +53,6 @@ def test_wukong_experts_mix_only_their_own_group():
     moved = x.clone()
     moved[:, 4] += 1.0  # the second expert's group
     torch.testing.assert_close(layer(moved)[:, :3], out[:, :3])
-
-
-def test_computation_skip_layer_keeps_its_cls_tokens_and_truncates():
-    config = SequenceConfig(dim=8, heads=2, n_cls=2)
-    layer = SequenceLayer(
-        config, ExperimentalConfig(seed_pooling=True, comp_skip=True), keep=3, personalised=False, attends=False
-    )
-    cls = torch.randn(2, 2, 8)
-    level = torch.randn(9, 8)
-    tokens, lengths, cls_out, out_level = layer(level, torch.tensor([2, 7]), 7, cls, None)
-    assert lengths.tolist() == [2, 4] and tokens.shape == (6, 8) and torch.equal(cls_out, cls)
-    assert torch.equal(out_level, level)
-
-
-def test_the_summarys_mean_token_averages_the_kept_tokens():
-    config = SequenceConfig(dim=8, heads=2, n_cls=2, n_recent=1)
-    summary = SequenceSummary(config, EXPERIMENTAL, embedding_dim=8, max_len=7)
-    with torch.no_grad():  # show the parts as they are: identity projection, gates open
-        summary.proj.weight.copy_(torch.eye(8))
-        summary.proj.bias.zero_()
-        summary.gate.weight.zero_()
-        summary.gate.bias.fill_(50.0)
-    level, level_lengths = torch.randn(9, 8), torch.tensor([2, 7])
-    tokens, lengths = torch.randn(5, 8), torch.tensor([2, 3])  # what the layer kept of each row
-    out, _ = summary(tokens, lengths, torch.randn(2, 2, 8), level, level_lengths)
-    torch.testing.assert_close(out[:, 2], torch.stack([tokens[:2].mean(0), tokens[2:].mean(0)]))
-    torch.testing.assert_close(out[:, 3], tokens[[0, 2]])  # the newest kept token of each row
-
-
-def test_candidate_match_marks_the_events_whose_attribute_equals_their_rows_target_ad():
-    """Row 0's target is in category 3, row 1's in 5; a missing id (0) never matches, nor does an absent target."""
-    torch.manual_seed(0)
-    tokenizer = SequenceTokenizer(SPEC, 16, 8, match_candidate=True)
-    (column,) = SPEC.sequence_attribute_columns.values()
-    side, lengths = {column: torch.tensor([3, 5, 0, 5, 3, 3])}, torch.tensor([3, 2, 1])
-    target = {column: torch.tensor([3, 5, -1])}
-    rows = tokenizer.match[column].weight
-    expected = rows[torch.tensor([1, 0, 0, 1, 0, 0])]
-    assert torch.equal(tokenizer.candidate_match(side, target, lengths), expected)
-    assert not torch.equal(rows[0], rows[1])
 
 
 def _batch(n: int, seed: int = 0, max_len: int = 40) -> pa.Table:
@@ -245,14 +127,64 @@ def test_ranking_needs_the_surface_but_embeddings_do_not():
     "bad, match",
     [
         ({"architecture": "xgboost"}, "model.architecture"),
-        ({"sequence": {"pyramid": []}}, "pyramid"),
-        ({"experimental": {"attention_activation": "relu"}}, "attention_activation"),
+        ({"sequence": {"layers": 0}}, "model.sequence.layers"),
         ({"sequence": {"dim": 30, "heads": 4}}, "divisible"),
-        ({"experimental": {"comp_skip": True}}, r"comp_skip needs model.experimental.seed_pooling=true"),
-        ({"experimental": {"pffn": "dense"}}, "model.experimental.pffn"),
         ({"experimental": {"wukong_experts": 3}}, "model.wukong.n_fm=8 must be divisible by"),
     ],
 )
 def test_model_config_errors_name_the_field(bad, match):
     with pytest.raises(ValueError, match=match):
         GemConfig.from_dict({"model": bad})
+
+
+@pytest.mark.parametrize("ablation", ABLATIONS[:1] + ABLATIONS[3:5])
+def test_a_timeline_gives_each_impression_the_logits_it_gets_with_only_its_visible_events(ablation):
+    """Encoded once per user: each impression of a batch of timelines scores as if it were alone with the events
+    before it, none after (causal encoding, reads of the visible prefix), whatever else shares its timeline."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, dataclasses.replace(CFG.model, **ablation)).eval()
+    timelines = random_timelines(SPEC, 5, seed=4, max_events=30)
+    together = model.logits(timelines_to_kjt(timelines, SPEC))
+    at = 0
+    for row, visible in enumerate(timelines.column("visible").to_pylist()):
+        for i in range(len(visible)):
+            alone = model.logits(timelines_to_kjt(impression_alone(timelines, SPEC, row, i), SPEC))
+            torch.testing.assert_close(alone, together[at : at + 1], rtol=1e-5, atol=1e-5)
+            at += 1
+    assert at == together.shape[0] > 5
+
+
+def test_an_impressions_logits_ignore_every_event_at_or_after_it_and_use_every_one_before():
+    """Point-in-time through the model: perturbing an event an impression may not see (position >= visible)
+    leaves its logits unchanged; perturbing one it sees (another item there) changes them."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, CFG.model).eval()
+    rows = random_timelines(SPEC, 2, seed=7, max_events=30)
+    one = rows.slice(1, 1).to_pylist()[0]
+    n_events = len(one[SPEC.sequence_idx_column])
+    assert n_events >= 6
+    visible = [0, 2, n_events // 2, n_events - 1]  # four impressions of one ad at four times
+    one |= {"visible": visible, "target_age_idx": [1] * 4, "ts": [one["ts"][0]] * 4}
+    for f in SPEC.features:
+        if f.side != "user":
+            one[f.idx_column] = one[f.idx_column][:1] * 4
+    items = one[SPEC.sequence_idx_column]
+    base = model.logits(timelines_to_kjt(pa.Table.from_pylist([one], schema=rows.schema), SPEC))
+    for event in range(n_events):
+        moved = one | {SPEC.sequence_idx_column: [*items[:event], items[event] + 1, *items[event + 1 :]]}
+        logits = model.logits(timelines_to_kjt(pa.Table.from_pylist([moved], schema=rows.schema), SPEC))
+        for i, seen in enumerate(visible):
+            if event < seen:
+                assert not torch.equal(logits[i], base[i]), (event, i)
+            else:
+                torch.testing.assert_close(logits[i], base[i], rtol=0, atol=0, msg=f"event {event}, impression {i}")
+
+
+def test_the_towers_train_on_the_embeddings_without_moving_them():
+    """The retrieval loss reaches the towers, not the shared tables (the ranking loss owns those)."""
+    torch.manual_seed(0)
+    model = GemModel(SPEC, CFG.model)
+    out = model(features_to_kjt(_batch(8), SPEC))
+    (out.user_embedding * out.ad_embedding).sum().backward()
+    assert all(p.grad is None for p in model.sparse_arch.parameters())
+    assert all(p.grad is not None for p in (*model.user_tower.parameters(), *model.ad_tower.parameters()))

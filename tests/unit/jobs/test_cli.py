@@ -1,7 +1,7 @@
 """`gem` argument errors: one line naming the argument and what is allowed, before anything starts.
 
 Each refused command runs against a temporary GEM_HOME of model stand-ins (manifests only) and, for
-`gem export`, a one-column `gold.training_examples` written by delta-rs; the command's body is replaced by
+`gem export`, a one-column `gold.user_timelines` written by delta-rs; the command's body is replaced by
 one that fails the test if called, and the GEM_HOME and Dagster folders are compared file by file.
 """
 
@@ -38,7 +38,7 @@ def home(gem_home: Path, monkeypatch: pytest.MonkeyPatch) -> GemPaths:
     examples = pa.table(
         {"ds": pa.array([d for d in [stray, *DAYS] for _ in range(2)], pa.date32()), "label": [0, 1] * 4}
     )
-    write_deltalake(str(paths.table("gold.training_examples")), examples, partition_by=["ds"])
+    write_deltalake(str(paths.table("gold.user_timelines")), examples, partition_by=["ds"])
 
     def started(*args: object) -> None:
         pytest.fail(f"the command started with arguments {args}")
@@ -112,7 +112,7 @@ def test_neighbors_valid_arguments_reach_the_search_with_the_newest_indexed_day(
 @pytest.mark.parametrize("ds", ["2030-01-01", "2026-10-31", "2026-11-04"])
 def test_export_of_a_day_without_data_names_the_days_that_exist_and_starts_nothing(home, capsys, ds):
     assert _refused(home, capsys, ["export", "--ds", ds]) == (
-        f"gem export: error: argument --ds: {ds} has no data to export; the days with gold.training_examples rows: "
+        f"gem export: error: argument --ds: {ds} has no data to export; the days with gold.user_timelines rows: "
         "2026-11-01, 2026-11-02, 2026-11-03"
     )
 
