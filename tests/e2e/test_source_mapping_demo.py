@@ -120,5 +120,5 @@ def test_gem_demo_lands_and_trains_on_the_mapping_the_environment_names(tmp_path
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     [training] = instance.get_run_records(dg.RunsFilter(job_name="train_teacher_job"))
     messages = [e.user_message for e in instance.all_logs(training.dagster_run.run_id)]
-    assert any(f"; {len(train)} training rows from " in m for m in messages), messages
+    assert any(f"; {len(train)} training impressions from " in m for m in messages), messages
     assert len(_rows(paths, "gold.teacher_logits", ["user_id"])) == len(test)

@@ -257,7 +257,8 @@ def test_the_global_lineage_draws_the_groups_and_the_feature_assets(ui, browser)
             By.XPATH, "ancestor::div[.//*[@aria-label='unfold_more']][1]"
         )
         group.find_element(By.CSS_SELECTOR, "[aria-label='unfold_more']").click()
-        _wait(browser, lambda b: {"events", "user_sequences"} <= _rendered_nodes(b), message="expanded features")
+        # Which of its assets fall in the viewport depends on the layout; two of them drawn is the group expanded.
+        _wait(browser, lambda b: len(set(FEATURE_NODES) & _rendered_nodes(b)) >= 2, message="expanded features")
         # The group's own lineage fits all its assets in view.
         browser.get(f"{ui.url}/locations/gem_pipeline/asset-groups/features/lineage")
         _wait(browser, lambda b: set(FEATURE_NODES) <= _rendered_nodes(b), message=f"nodes {FEATURE_NODES}")
