@@ -2,9 +2,10 @@
 
 Targets q [M, H, Dh] are jagged by q_offsets [B+1] and keys and values k, v [L, H, Dh] by kv_offsets [B+1]:
 row b's targets attend to row b's keys. Target i sees the first visible[i] keys of its row (keys in time
-order, visible[i] the number strictly before the target's time), so nothing at or after that time reaches it.
-"softmax" normalises over the visible keys; a pointwise activation (silu, gelu, relu2, identity) gives
-w_ij = act(scale * q_i.k_j) / visible[i]. A target that sees no key gives zeros. The ground truth of the
+order, visible[i] the number strictly before the target's time), so nothing at or after that time reaches it;
+with a window, only the last `window` of them. "softmax" normalises over the keys seen; a pointwise activation
+(silu, gelu, relu2, identity) gives w_ij = act(scale * q_i.k_j) / (keys seen). A target that sees no key gives
+zeros. The ground truth of the
 parity tests, in float32; `kernels.target_attention` validates inputs.
 """
 
@@ -28,6 +29,7 @@ def pt_target_attention(
     *,
     activation: str = "softmax",
     scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     rows = []
@@ -37,14 +39,16 @@ def pt_target_attention(
         qb = q[q_start:q_end].float().transpose(0, 1)  # [H, m, Dh]
         kb, vb = (t[k_start:k_end].float().transpose(0, 1) for t in (k, v))  # [H, n, Dh]
         seen = visible[q_start:q_end]
-        allowed = torch.arange(k_end - k_start, device=q.device)[None, :] < seen[:, None]  # [m, n]
+        first = (seen - window).clamp(min=0) if window is not None else torch.zeros_like(seen)
+        places = torch.arange(k_end - k_start, device=q.device)[None, :]
+        allowed = (places >= first[:, None]) & (places < seen[:, None])  # [m, n]
         logits = scale * qb @ kb.transpose(-1, -2)  # [H, m, n]
         if activation == "softmax":
             # A target that sees no key normalises over all of them (finite, no NaN in the backward) and is
             # zeroed below.
             weights = logits.masked_fill(~(allowed | (seen == 0)[:, None]), float("-inf")).softmax(-1)
         else:
-            weights = POINTWISE[activation](logits) / seen.clamp(min=1)[:, None]
+            weights = POINTWISE[activation](logits) / (seen - first).clamp(min=1)[:, None]
         weights = weights.masked_fill(~allowed, 0.0)
         rows.append((weights @ vb).transpose(0, 1))  # [m, H, Dh]
     out = torch.cat(rows) if rows else q.new_zeros(q.shape)

@@ -1,11 +1,12 @@
 """Triton target attention: each target of a jagged row attends to a prefix of that row's keys.
 
 Targets q [M, H, Dh] are jagged by q_offsets, keys and values k, v [L, H, Dh] by kv_offsets, and target i sees
-its row's first visible[i] keys; the output is [M, H, Dh]. The grid is (B*H, ceil(max targets / BLOCK_M)):
-each program holds one tile of a row's targets and streams the row's key/value tiles up to the most any of
-them sees, with the online softmax or the pointwise weights of `triton_jagged_attention` (`_fwd_update`),
-each target masked to its own prefix. The backward runs one program per key tile for dK and dV (looping over
-the row's target tiles) and one per target tile for dQ: no atomics, deterministic gradients. Import lazily
+its row's first visible[i] keys (the last `window` of them when window > 0); the output is [M, H, Dh]. The
+grid is (B*H, ceil(max targets / BLOCK_M)): each program holds one tile of a row's targets and streams the
+row's key/value tiles from the first any of them reads to the last, with the online softmax or the pointwise
+weights of `triton_jagged_attention` (`_fwd_update`), each target masked to its own span. The backward runs
+one program per key tile for dK and dV (looping over the row's target tiles that read it) and one per target
+tile for dQ: no atomics, deterministic gradients. Import lazily
 (the entry point `kernels.target_attention` does): triton decides at import time whether the kernels are
 compiled or interpreted (TRITON_INTERPRET=1).
 """
@@ -49,11 +50,21 @@ def _rows(Ptr, first, rows, row_mask, stride_t, h, stride_h, offs_d, d_mask):
 
 
 @triton.jit
-def _targets(Visible, q_start, m, start_m, BLOCK_M: tl.constexpr):
-    """A tile of a row's targets from start_m: their indices in the row, the mask of real ones, the keys each sees."""
+def _targets(Visible, q_start, m, start_m, window, BLOCK_M: tl.constexpr):
+    """A tile of a row's targets from start_m: their indices in the row, the mask of real ones, and the span of
+    keys each reads, [first, seen): its visible keys, the last `window` of them when window > 0."""
     targets = start_m + tl.arange(0, BLOCK_M)
     t_mask = targets < m
-    return targets, t_mask, tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
+    seen = tl.load(Visible + q_start + targets, mask=t_mask, other=0).to(tl.int32)
+    first = tl.where(window > 0, tl.maximum(seen - window, 0), 0)
+    return targets, t_mask, first, seen
+
+
+@triton.jit
+def _tile_span(t_mask, first, seen, BLOCK_N: tl.constexpr):
+    """The key tiles a tile of targets reads: from the tile holding the least first to the most seen."""
+    lo = tl.min(tl.where(t_mask, first, 2147483647), 0)
+    return (lo // BLOCK_N) * BLOCK_N, tl.max(seen, 0)
 
 
 @triton.jit
@@ -75,6 +86,7 @@ def _target_attention_fwd(
     stride_ot,
     stride_oh,
     scale,
+    window,
     H,
     head_dim,
     ACT: tl.constexpr,
@@ -84,21 +96,22 @@ def _target_attention_fwd(
     INPUT_PRECISION: tl.constexpr,
 ):
     b, h, q_start, m, k_start, n = _program_rows(QOffsets, KVOffsets, H)
-    targets, t_mask, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, BLOCK_M)
+    targets, t_mask, first, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, window, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < head_dim
     q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
-    inv_n = (1.0 / tl.maximum(seen, 1).to(tl.float32))[:, None]
+    inv_n = (1.0 / tl.maximum(seen - first, 1).to(tl.float32))[:, None]
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for start_n in range(0, tl.max(seen, 0), BLOCK_N):
+    lo, hi = _tile_span(t_mask, first, seen, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k = _rows(K, k_start, cols, cols < n, stride_kt, h, stride_kh, offs_d, d_mask)
         v = _rows(V, k_start, cols, cols < n, stride_vt, h, stride_vh, offs_d, d_mask)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * scale  # [BLOCK_M, BLOCK_N]
-        allowed = t_mask[:, None] & (cols[None, :] < seen[:, None])
+        allowed = t_mask[:, None] & (cols[None, :] >= first[:, None]) & (cols[None, :] < seen[:, None])
         acc, m_i, l_i = _fwd_update(acc, m_i, l_i, qk, allowed, v, inv_n, ACT, INPUT_PRECISION)
     if ACT == 0:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
@@ -134,6 +147,7 @@ def _target_attention_bwd_dkdv(
     stride_dvt,
     stride_dvh,
     scale,
+    window,
     H,
     head_dim,
     ACT: tl.constexpr,
@@ -154,23 +168,30 @@ def _target_attention_bwd_dkdv(
         dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
         for start_m in range(0, m, BLOCK_M):
-            targets, t_mask, seen = _targets(Visible, q_start, m, start_m, BLOCK_M)
-            q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
-            do = _rows(DO, q_start, targets, t_mask, stride_dot, h, stride_doh, offs_d, d_mask)
-            qk_t = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * scale  # [BLOCK_N, BLOCK_M]
-            allowed = n_mask[:, None] & t_mask[None, :] & (cols[:, None] < seen[None, :])
-            dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
-            if ACT == 0:
-                lse = tl.load(Lse + (q_start + targets) * H + h, mask=t_mask, other=0.0)
-                delta = tl.load(Delta + (q_start + targets) * H + h, mask=t_mask, other=0.0)
-                w_t = tl.exp(tl.where(allowed, qk_t - lse[None, :], -1e30))  # 0 where not allowed, without overflow
-                dz_t = w_t * (dp_t - delta[None, :])
-            else:
-                inv_n = (1.0 / tl.maximum(seen, 1).to(tl.float32))[None, :]
-                w_t = tl.where(allowed, _pointwise(qk_t, ACT), 0.0) * inv_n
-                dz_t = tl.where(allowed, dp_t * _pointwise_grad(qk_t, ACT), 0.0) * inv_n
-            dv += tl.dot(w_t.to(do.dtype), do, input_precision=INPUT_PRECISION)
-            dk += tl.dot(dz_t.to(q.dtype), q, input_precision=INPUT_PRECISION)
+            targets, t_mask, first, seen = _targets(Visible, q_start, m, start_m, window, BLOCK_M)
+            lo, hi = _tile_span(t_mask, first, seen, BLOCK_N)
+            if (start_n >= lo) & (start_n < hi):  # a tile of targets that reads none of these keys adds nothing
+                q = _rows(Q, q_start, targets, t_mask, stride_qt, h, stride_qh, offs_d, d_mask)
+                do = _rows(DO, q_start, targets, t_mask, stride_dot, h, stride_doh, offs_d, d_mask)
+                qk_t = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * scale  # [BLOCK_N, BLOCK_M]
+                allowed = (
+                    n_mask[:, None]
+                    & t_mask[None, :]
+                    & (cols[:, None] >= first[None, :])
+                    & (cols[:, None] < seen[None, :])
+                )
+                dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
+                if ACT == 0:
+                    lse = tl.load(Lse + (q_start + targets) * H + h, mask=t_mask, other=0.0)
+                    delta = tl.load(Delta + (q_start + targets) * H + h, mask=t_mask, other=0.0)
+                    w_t = tl.exp(tl.where(allowed, qk_t - lse[None, :], -1e30))  # 0 where not allowed, no overflow
+                    dz_t = w_t * (dp_t - delta[None, :])
+                else:
+                    inv_n = (1.0 / tl.maximum(seen - first, 1).to(tl.float32))[None, :]
+                    w_t = tl.where(allowed, _pointwise(qk_t, ACT), 0.0) * inv_n
+                    dz_t = tl.where(allowed, dp_t * _pointwise_grad(qk_t, ACT), 0.0) * inv_n
+                dv += tl.dot(w_t.to(do.dtype), do, input_precision=INPUT_PRECISION)
+                dk += tl.dot(dz_t.to(q.dtype), q, input_precision=INPUT_PRECISION)
         kv_mask = n_mask[:, None] & d_mask[None, :]
         tl.store(
             DK + (k_start + cols[:, None]) * stride_dkt + h * stride_dkh + offs_d[None, :],
@@ -207,6 +228,7 @@ def _target_attention_bwd_dq(
     stride_dqt,
     stride_dqh,
     scale,
+    window,
     H,
     head_dim,
     ACT: tl.constexpr,
@@ -216,7 +238,7 @@ def _target_attention_bwd_dq(
     INPUT_PRECISION: tl.constexpr,
 ):
     b, h, q_start, m, k_start, n = _program_rows(QOffsets, KVOffsets, H)
-    targets, t_mask, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, BLOCK_M)
+    targets, t_mask, first, seen = _targets(Visible, q_start, m, tl.program_id(1) * BLOCK_M, window, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < head_dim
@@ -227,14 +249,15 @@ def _target_attention_bwd_dq(
     if ACT == 0:
         lse = tl.load(Lse + (q_start + targets) * H + h, mask=t_mask, other=0.0)
         delta = tl.load(Delta + (q_start + targets) * H + h, mask=t_mask, other=0.0)
-    inv_n = (1.0 / tl.maximum(seen, 1).to(tl.float32))[:, None]
+    inv_n = (1.0 / tl.maximum(seen - first, 1).to(tl.float32))[:, None]
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in range(0, tl.max(seen, 0), BLOCK_N):
+    lo, hi = _tile_span(t_mask, first, seen, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k = _rows(K, k_start, cols, cols < n, stride_kt, h, stride_kh, offs_d, d_mask)
         v = _rows(V, k_start, cols, cols < n, stride_vt, h, stride_vh, offs_d, d_mask)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * scale
-        allowed = t_mask[:, None] & (cols[None, :] < seen[:, None])
+        allowed = t_mask[:, None] & (cols[None, :] >= first[:, None]) & (cols[None, :] < seen[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
         if ACT == 0:
             p = tl.exp(tl.where(allowed, qk - lse[:, None], -1e30))
@@ -265,6 +288,7 @@ class _TargetAttentionFunction(torch.autograd.Function):
         max_seq_len: int,
         activation: str,
         scale: float,
+        window: int,
     ) -> Tensor:
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         q_offsets, kv_offsets, visible = q_offsets.contiguous(), kv_offsets.contiguous(), visible.contiguous()
@@ -293,13 +317,14 @@ class _TargetAttentionFunction(torch.autograd.Function):
                 out.stride(0),
                 out.stride(1),
                 scale,
+                window,
                 H,
                 Dh,
                 ACT=act,
                 **config,
             )
         ctx.save_for_backward(q, q_offsets, k, v, kv_offsets, visible, out, lse)
-        ctx.max_targets, ctx.max_seq_len, ctx.act, ctx.scale = max_targets, max_seq_len, act, scale
+        ctx.max_targets, ctx.max_seq_len, ctx.act, ctx.scale, ctx.window = max_targets, max_seq_len, act, scale, window
         return out
 
     @staticmethod
@@ -337,6 +362,7 @@ class _TargetAttentionFunction(torch.autograd.Function):
                 dv.stride(0),
                 dv.stride(1),
                 ctx.scale,
+                ctx.window,
                 H,
                 Dh,
                 ACT=ctx.act,
@@ -350,12 +376,13 @@ class _TargetAttentionFunction(torch.autograd.Function):
                 dq.stride(0),
                 dq.stride(1),
                 ctx.scale,
+                ctx.window,
                 H,
                 Dh,
                 ACT=ctx.act,
                 **config,
             )
-        return dq, None, dk, dv, None, None, None, None, None, None
+        return dq, None, dk, dv, None, None, None, None, None, None, None
 
 
 def triton_target_attention(
@@ -370,8 +397,9 @@ def triton_target_attention(
     max_seq_len: int,
     activation: str,
     scale: float,
+    window: int,
 ) -> Tensor:
-    """Triton target attention of validated inputs (see `kernels.target_attention`)."""
+    """Triton target attention of validated inputs (see `kernels.target_attention`); window 0: every visible key."""
     return _TargetAttentionFunction.apply(
-        q, q_offsets, k, v, kv_offsets, visible, max_targets, max_seq_len, activation, scale
+        q, q_offsets, k, v, kv_offsets, visible, max_targets, max_seq_len, activation, scale, window
     )

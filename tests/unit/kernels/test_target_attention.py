@@ -84,6 +84,43 @@ def test_a_target_is_unchanged_by_keys_past_its_prefix_and_changed_by_one_inside
         assert torch.equal(grad[unseen:end], torch.zeros_like(grad[unseen:end]))
 
 
+@pytest.mark.parametrize("activation", ["softmax", "silu"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_window_reads_the_newest_visible_keys_alone(kernel: str, activation: str, device: torch.device) -> None:
+    """With window=w a target reads the last w of its visible keys: parity with the reference, and keys before
+    that span (or at or after its time) change nothing, in both passes."""
+    window = 7
+    targets, keys, visible, q, k, v, dout = _inputs(torch.float32, device)
+    expected = _run(
+        lambda q, k, v: pt_target_attention(q, targets, k, v, keys, visible, activation=activation, window=window),
+        q,
+        k,
+        v,
+        dout,
+    )
+    attention = _attention(targets, keys, visible, activation=activation, kernel=kernel, window=window)
+    actual = _run(attention, q, k, v, dout)
+    for name, a, e in zip(("out", "dq", "dk", "dv"), actual, expected):
+        torch.testing.assert_close(a, e, **TOLERANCES[torch.float32], msg=lambda m, name=name: f"{name}: {m}")
+    unwindowed = _run(_attention(targets, keys, visible, activation=activation, kernel=kernel), q, k, v, dout)[0]
+    longer = visible > window
+    assert longer.any() and not torch.allclose(actual[0][longer], unwindowed[longer])
+    torch.testing.assert_close(actual[0][~longer], unwindowed[~longer], **TOLERANCES[torch.float32])
+
+    row = 2  # 5 targets over 70 keys
+    mine = slice(int(targets[row]), int(targets[row + 1]))
+    oldest_read = int((visible[mine] - window).clamp(min=0).min())
+    assert oldest_read > 0
+    older = k.clone(), v.clone()
+    for t in older:
+        t[int(keys[row]) : int(keys[row]) + oldest_read] += 10.0
+    after = _run(attention, q, *older, dout)
+    torch.testing.assert_close(after[0][mine], actual[0][mine], rtol=0, atol=0)
+    for grad in after[2:]:
+        old_keys = grad[int(keys[row]) : int(keys[row]) + oldest_read]
+        assert torch.equal(old_keys, torch.zeros_like(old_keys))
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -93,6 +130,7 @@ def test_a_target_is_unchanged_by_keys_past_its_prefix_and_changed_by_one_inside
         ({"max_seq_len": 10}, r"max_seq_len=10 is below the longest row \(70 tokens\)"),
         ({"max_targets": 30}, r"max_targets=30 is below the longest row \(40 tokens\); pass max_targets >= 40"),
         ({"activation": "tanh"}, r"activation='tanh' is not one of"),
+        ({"window": 0}, r"window must be None \(every visible key\) or an int >= 1, got window=0"),
     ],
 )
 def test_bad_inputs_are_refused_naming_the_argument(change: dict, message: str) -> None:
@@ -107,4 +145,14 @@ def test_bad_inputs_are_refused_naming_the_argument(change: dict, message: str) 
         keys = keys[:-1].clone()
         k, v = k[: int(keys[-1])], v[: int(keys[-1])]
     with pytest.raises(ValueError, match=message):
-        target_attention(q, targets, k, v, keys, visible, activation=change.get("activation", "softmax"), **options)
+        target_attention(
+            q,
+            targets,
+            k,
+            v,
+            keys,
+            visible,
+            activation=change.get("activation", "softmax"),
+            window=change.get("window"),
+            **options,
+        )
