@@ -2,15 +2,16 @@
 
     .venv/bin/python -m bench.perf.sequence_cost --lengths 256,1024,4096,8192 --impressions 27
 
-For each history length L: a batch of users (--tokens // L, at least 1) with L events and --impressions
-impressions each, spread over the history (impression i sees the first round((i + 1) L / (impressions + 1))
-events), through the model's own parts at the default `model.sequence` config: the `TimelineEncoder` (causal
-jagged attention over each user's events, with `--window`, default the config's) and the `TargetReader` (each
-impression's queries over its visible encoded events, the visible mean and newest events, the match token).
-Each part runs forward + backward on its own; reported per user (encoding) and per impression (reading), the
-median of --reps steps after one warm-up, at 1 torch thread unless --threads. The per-impression part should be
-nearly flat in L (its attention reads O(L) keys and no square), the per-user part linear in L with a window and
-quadratic without.
+For each history length L: a batch of users (--tokens // L, at least 1), each a timeline as gold.user_timelines
+holds one, L events of which the last --day-events fall on the day, with --impressions impressions spread over
+that day (impression i sees the first L - day + round((i + 1) day / (impressions + 1)) events). Through the
+model's own parts at the default `model.sequence` config: the `TimelineEncoder` (causal jagged attention over
+each user's events, with `--window`, default the config's) and the `TargetReader` (each impression's queries
+over the newest `--read-window` of its visible encoded events, default the config's, the visible mean and newest
+events, the match tokens). Each part runs forward + backward on its own; reported per user (encoding) and per
+impression (reading), the median of --reps steps after one warm-up, at 1 torch thread unless --threads. The
+per-impression part should be nearly flat in L with a read window (linear without one), the per-user part
+linear in L with an encoder window and quadratic without.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from gem_model.config import GemConfig
 from gem_model.modules.timeline import Matches, TargetReader, TimelineEncoder, Timelines
 
 
-def _timelines(users: int, length: int, impressions: int) -> Timelines:
-    visible = [round((i + 1) * length / (impressions + 1)) for i in range(impressions)] * users
+def _timelines(users: int, length: int, impressions: int, day_events: int) -> Timelines:
+    day = min(day_events, length)
+    visible = [length - day + round((i + 1) * day / (impressions + 1)) for i in range(impressions)] * users
     rows = users * impressions
     starts = torch.zeros(rows, dtype=torch.int64)
     starts[::impressions] = 1
@@ -47,7 +49,9 @@ def _median(step: Callable[[], None], reps: int) -> float:
     return statistics.median(times)
 
 
-def measure(length: int, users: int, impressions: int, window: int, reps: int) -> dict:
+def measure(
+    length: int, users: int, impressions: int, day_events: int, window: int, read_window: int, reps: int
+) -> dict:
     cfg = GemConfig()
     seq, spec, d = cfg.model.sequence, cfg.features, cfg.model.embedding_dim
     attributes = {column: spec.sequence_side_columns[column] for column in spec.sequence_attribute_columns.values()}
@@ -59,6 +63,7 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
         seq.heads,
         seq.queries,
         seq.n_recent,
+        read_window,
         d,
         attributes,
         spec.age_buckets,
@@ -66,7 +71,7 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
         match_kinds=2 + len(attributes),
         action_buckets=spec.action_buckets,
     )
-    timelines = _timelines(users, length, impressions)
+    timelines = _timelines(users, length, impressions, day_events)
     m, n_events = timelines.n_impressions, users * length
     items = spec.item_feature.buckets
     events = {column: torch.randint(1, buckets, (n_events,)) for column, buckets in attributes.items()}
@@ -101,6 +106,7 @@ def measure(length: int, users: int, impressions: int, window: int, reps: int) -
         "users": users,
         "impressions": m,
         "window": window,
+        "read_window": read_window,
         "encode_ms_per_user": 1e3 * encode_s / users,
         "read_ms_per_impression": 1e3 * read_s / m,
     }
@@ -111,21 +117,27 @@ def main() -> None:
     parser.add_argument("--lengths", default="256,1024,4096,8192")
     parser.add_argument("--impressions", type=int, default=27, help="impressions per user")
     parser.add_argument("--tokens", type=int, default=16384, help="events a batch (users = tokens // L, at least 1)")
+    parser.add_argument("--day-events", type=int, default=64, help="events of the day the impressions fall among")
     parser.add_argument("--window", type=int, default=None, help="the encoder's window; default the config's")
+    parser.add_argument("--read-window", type=int, default=None, help="the reader's window; default the config's")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    window = GemConfig().model.sequence.window if args.window is None else args.window
+    seq = GemConfig().model.sequence
+    window = seq.window if args.window is None else args.window
+    read_window = seq.read_window if args.read_window is None else args.read_window
     lengths = [int(x) for x in args.lengths.split(",")]
     results = []
     for length in lengths:
-        results.append(measure(length, max(1, args.tokens // length), args.impressions, window, args.reps))
+        users = max(1, args.tokens // length)
+        results.append(measure(length, users, args.impressions, args.day_events, window, read_window, args.reps))
         print(json.dumps(results[-1]), flush=True)
     print(
         f"\n{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), window {window}, "
-        f"{args.impressions} impressions a user; forward + backward\n"
+        f"read window {read_window}, {args.impressions} impressions a user among the last {args.day_events} events; "
+        "forward + backward\n"
     )
     print("| L events a user | encoding ms a user | reading ms an impression |")
     print("|---|---|---|")

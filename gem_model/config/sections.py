@@ -407,6 +407,9 @@ class SequenceConfig:
     histories: encoding then costs O(events x window)); 0: every event before it."""
     queries: Width = 2
     """Queries per impression, made from its candidate and context, that attend over its visible events."""
+    read_window: NonNegativeTokens = 256
+    """The newest visible events an impression's queries attend over, so an impression's cost stays flat however
+    long its history (the mean and the match tokens still count every visible event); 0: all of them."""
     n_recent: NonNegativeTokens = 2
     """Newest visible events that join the summary beside their mean."""
     match_candidate: bool = True

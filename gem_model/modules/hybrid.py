@@ -69,6 +69,7 @@ class HybridArch(nn.Module):
                 heads=seq.heads,
                 n_queries=seq.queries,
                 n_recent=seq.n_recent,
+                read_window=seq.read_window,
                 embedding_dim=d,
                 attribute_buckets={column: spec.sequence_side_columns[column] for column in self.attributes},
                 age_buckets=spec.age_buckets,

@@ -4,10 +4,10 @@ A batch is a set of user timelines. Timeline u holds the user's events, oldest f
 of the day, in time order; impression i may read only the first `visible[i]` events, those strictly before it.
 The expensive part depends on the user and time alone and runs once per timeline: causal jagged self-attention
 over the events (`kernels.jagged_attention`, a sliding window for long histories), so encoded event j depends
-on events 0..j only. The cheap part runs per impression and costs O(visible) with no square: queries made from
-the candidate ad and its context attend over the visible encoded events (`kernels.target_attention`), the item
-attributes embedded into both queries and keys so an event like the candidate scores high (the match signal as
-a term of q.k); the mean and the newest of the visible events come from prefix sums and gathers, and the count
+on events 0..j only. The cheap part runs per impression and costs O(read window) however long the history:
+queries made from the candidate ad and its context attend over the newest visible encoded events
+(`kernels.target_attention`), the item attributes embedded into both queries and keys so an event like the
+candidate scores high (the match signal as a term of q.k); the mean and the newest of the visible events come from prefix sums and gathers, and the count
 of visible events that share the candidate's item or attribute ids from a binary search. Nothing an impression
 reads lies at or after its timestamp, so point-in-time correctness is exact by construction.
 
@@ -258,8 +258,9 @@ class TimelineEncoder(nn.Module):
 
 class TargetReader(nn.Module):
     """Per impression: `n_queries` queries from the candidate [M, C] (its ad and context embeddings) attend over
-    its visible encoded events; with the mean and the `n_recent` newest visible events, projected to the
-    embedding dim D, and (with `match`) a token of the matches, gated into [M, n_tokens, D].
+    the newest `read_window` of its visible encoded events (all of them when 0: an impression's cost then grows with
+    its history); with the mean and the `n_recent` newest visible events, projected to the embedding dim D, and
+    (with `match`) a token of the matches over every visible event, gated into [M, n_tokens, D].
 
     With `match`, `attribute_rows[c]` embeds item attribute c (one table, row 0 = missing, zero): the candidate's
     row joins its queries and each event's row its keys, so q.k rises where an event's attributes equal the
@@ -277,6 +278,7 @@ class TargetReader(nn.Module):
         heads: int,
         n_queries: int,
         n_recent: int,
+        read_window: int,
         embedding_dim: int,
         attribute_buckets: dict[str, int],
         age_buckets: int,
@@ -287,6 +289,7 @@ class TargetReader(nn.Module):
     ) -> None:
         super().__init__()
         self.dim, self.heads, self.n_queries, self.n_recent = dim, heads, n_queries, n_recent
+        self.read_window = read_window or None
         self.n_tokens = n_queries + 1 + n_recent + int(match) + int(match and action_kinds > 0)
         self.match_kinds = match_kinds
         attribute_buckets = attribute_buckets if match else {}
@@ -340,6 +343,7 @@ class TargetReader(nn.Module):
             timelines.visible.repeat_interleave(n_q),
             max_targets=max(int(longest.max()) * n_q if longest.numel() else 0, 1),
             max_seq_len=max(int(timelines.event_offsets.diff().max()) if longest.numel() else 0, 1),
+            window=self.read_window,
         )
         parts = torch.cat(
             [

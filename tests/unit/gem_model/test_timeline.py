@@ -99,7 +99,7 @@ def _arch(seed: int = 0) -> tuple[TimelineEncoder, TargetReader]:
     torch.manual_seed(seed)
     encoder = TimelineEncoder(DIM, HEADS, layers=2, window=2)
     reader = TargetReader(
-        candidate_dim=5, dim=DIM, heads=HEADS, n_queries=2, n_recent=2, embedding_dim=D,
+        candidate_dim=5, dim=DIM, heads=HEADS, n_queries=2, n_recent=2, read_window=3, embedding_dim=D,
         attribute_buckets={"seq_category_idx": 4}, age_buckets=3, match=True, match_kinds=2, action_buckets=5,
         action_kinds=1,
     )  # fmt: skip
@@ -124,7 +124,8 @@ def _read(encoder, reader, tokens, t, attributes, candidate, candidate_attribute
 
 def test_an_impression_reads_nothing_at_or_after_its_time():
     """Perturbing any event an impression may not see (position >= visible) leaves its output unchanged; perturbing
-    one it sees changes it. The encoder's window (2) is shorter than the timelines, so the sliding path runs."""
+        one it sees changes it, through the encoding and the mean when it lies before the read window (3). The encoder's
+    window (2) is shorter than the timelines, so the sliding path runs."""
     encoder, reader = _arch()
     t = _timelines()
     torch.manual_seed(1)
@@ -136,7 +137,7 @@ def test_an_impression_reads_nothing_at_or_after_its_time():
     first = t.first_event().tolist()
     for event in range(9):
         moved_tokens, moved_attributes = tokens.clone(), attributes.clone()
-        moved_tokens[event] += 1.0
+        moved_tokens[event] += torch.linspace(-1.0, 1.0, DIM)  # not a constant: the LayerNorms would drop it
         moved_attributes[event] = (moved_attributes[event] + 1) % 4
         out = _read(encoder, reader, moved_tokens, t, moved_attributes, candidate, candidate_attributes)
         for i, (start, seen) in enumerate(zip(first, t.visible.tolist())):
