@@ -63,7 +63,7 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
     make (the forward split at the sparse arch)."""
     model, times, rows = loaded.model, defaultdict(float), 0
     writer = None
-    chunks = source.chunks(0, 1, chunk_rows)
+    chunks = source.chunks(source.shard(0, 1), chunk_rows)
     while True:
         started = time.perf_counter()
         chunk = next(chunks, None)
@@ -114,7 +114,7 @@ def profile_input(loaded, name: str, source, ds: date, chunk_rows: int, out: Pat
 def top_operators(loaded, source, chunk_rows: int, chunks: int = 5, top: int = 15) -> tuple[str, float]:
     """torch.profiler's table of the impressions' forward over `chunks` chunks of timelines, and its FLOPs per
     impression."""
-    tables = [c for _, c in zip(range(chunks), source.chunks(0, 1, chunk_rows))]
+    tables = [c for _, c in zip(range(chunks), source.chunks(source.shard(0, 1), chunk_rows))]
     kjts = [timelines_to_kjt(t, loaded.config.features) for t in tables]
     with loaded.autocast():
         flops = sum(count_flops(lambda k=kjt: loaded.model.logits(k))[0] for kjt in kjts)

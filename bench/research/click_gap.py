@@ -41,7 +41,14 @@ from gem_lake.delta import read_table
 from gem_lake.sources.world import CLICK_INTERCEPT, INTERACTION_STRENGTH, RECENCY_BOOST, Source
 from gem_lake.spark.session import build_spark_session
 from gem_model.config import GemConfig
-from gem_model.data.loader import ds_filter, open_delta, scan_rank_timelines, timeline_columns
+from gem_model.data.loader import (
+    ds_filter,
+    impressions_in,
+    open_delta,
+    rank_fragments,
+    scan_timelines,
+    timeline_columns,
+)
 from gem_model.export.checkpoint import load_model
 from gem_model.export.scoring import score_timelines
 from gem_model.paths import GemPaths
@@ -90,7 +97,9 @@ def model_logits(model_dir: Path, cfg: GemConfig) -> tuple[pd.DataFrame, float]:
     dataset = open_delta(Path(data["path"]), data["delta_version"], loaded.config.features)
     parts = []
     columns = [c for part in timeline_columns(loaded.config.features, labels=False) for c in part]
-    for chunk in scan_rank_timelines(dataset, ds_filter(cfg.world.holdout_start, None), 0, 1, columns, CHUNK_ROWS):
+    holdout = ds_filter(cfg.world.holdout_start, None)
+    shard = rank_fragments(dataset, holdout, 0, 1, impressions_in)
+    for chunk in scan_timelines(dataset, shard, holdout, columns, CHUNK_ROWS):
         scored = score_timelines(loaded, chunk, cfg.world.holdout_start)
         parts.append(
             pd.DataFrame(

@@ -312,13 +312,17 @@ def impressions_in(fragment: pads.Fragment, filter: pc.Expression | None) -> int
     return int(pc.sum(pc.list_value_length(visible)).as_py() or 0)
 
 
+# A rank's row groups (each a fragment) with their sizes.
+Shard = list[tuple[pads.Fragment, int]]
+
+
 def rank_fragments(
     dataset: pads.Dataset,
     filter: pc.Expression | None,
     rank: int,
     world_size: int,
     size: Callable[[pads.Fragment, pc.Expression | None], int] | None = None,
-) -> list[tuple[pads.Fragment, int]]:
+) -> Shard:
     """This rank's share of `dataset`'s row groups (each a fragment) with their sizes, balanced by size (rows,
     or `size`: `impressions_in` for timelines), the same on every rank."""
     if not 0 <= rank < world_size:
@@ -332,11 +336,12 @@ def rank_fragments(
     return _assign(sized, world_size)[rank]
 
 
-def scan_rank(
-    dataset: pads.Dataset, filter: pc.Expression | None, rank: int, world_size: int, columns: list[str], batch_rows: int
+def scan_rows(
+    dataset: pads.Dataset, shard: Shard, filter: pc.Expression | None, columns: list[str], batch_rows: int
 ) -> Iterator[pa.Table]:
-    """This rank's rows of `dataset` in tables of at most `batch_rows` rows, read row group by row group."""
-    for fragment, _ in rank_fragments(dataset, filter, rank, world_size):
+    """The rows of a shard of `dataset` (`rank_fragments`) in tables of at most `batch_rows` rows, read row group
+    by row group."""
+    for fragment, _ in shard:
         for record_batch in fragment.to_batches(
             schema=dataset.schema, columns=columns, filter=filter, batch_size=batch_rows
         ):
@@ -344,20 +349,16 @@ def scan_rank(
                 yield pa.Table.from_batches([record_batch])
 
 
-def scan_rank_timelines(
-    dataset: pads.Dataset,
-    filter: pc.Expression | None,
-    rank: int,
-    world_size: int,
-    columns: list[str],
-    impressions: int,
+def scan_timelines(
+    dataset: pads.Dataset, shard: Shard, filter: pc.Expression | None, columns: list[str], impressions: int
 ) -> Iterator[pa.Table]:
-    """This rank's whole timelines of `gold.user_timelines` in tables of at most `impressions` impressions (a
-    timeline holding more comes alone), row groups balanced by impressions across ranks. Read `TIMELINE_READ`
-    timelines at a time, so memory is bounded by a chunk however long the histories."""
+    """The whole timelines of a shard of `gold.user_timelines` (`rank_fragments` sized by `impressions_in`, so the
+    ranks' shares balance by impressions) in tables of at most `impressions` impressions (a timeline holding more
+    comes alone). Read `TIMELINE_READ` timelines at a time, so memory is bounded by a chunk however long the
+    histories."""
     pending: list[pa.Table] = []
     size = 0
-    for fragment, _ in rank_fragments(dataset, filter, rank, world_size, impressions_in):
+    for fragment, _ in shard:
         for record_batch in fragment.to_batches(
             schema=dataset.schema, columns=columns, filter=filter, batch_size=TIMELINE_READ
         ):

@@ -27,12 +27,13 @@ import torch.distributed as dist
 
 from gem_model.config import ExportConfig
 from gem_model.data.loader import (
+    Shard,
     ds_filter,
     impressions_in,
     open_delta,
     rank_fragments,
-    scan_rank,
-    scan_rank_timelines,
+    scan_rows,
+    scan_timelines,
     timeline_columns,
 )
 from gem_model.export.checkpoint import LoadedModel, load_model
@@ -53,14 +54,14 @@ class ScoringInput:
     score: Callable[[LoadedModel, pa.Table, date], pa.Table]
     timelines: bool = False
 
-    def share(self, rank: int, world_size: int) -> int:
-        """The rows this rank scores."""
+    def shard(self, rank: int, world_size: int) -> Shard:
+        """This rank's row groups, sized by the rows it scores (timelines by their impressions)."""
         size = impressions_in if self.timelines else None
-        return sum(n for _, n in rank_fragments(self.dataset, self.filter, rank, world_size, size))
+        return rank_fragments(self.dataset, self.filter, rank, world_size, size)
 
-    def chunks(self, rank: int, world_size: int, chunk_rows: int) -> Iterator[pa.Table]:
-        scan = scan_rank_timelines if self.timelines else scan_rank
-        return scan(self.dataset, self.filter, rank, world_size, self.columns, chunk_rows)
+    def chunks(self, shard: Shard, chunk_rows: int) -> Iterator[pa.Table]:
+        scan = scan_timelines if self.timelines else scan_rows
+        return scan(self.dataset, shard, self.filter, self.columns, chunk_rows)
 
 
 def scoring_inputs(paths: GemPaths, loaded: LoadedModel, ds: date, users: Path) -> dict[str, ScoringInput]:
@@ -113,16 +114,16 @@ class Progress:
 def _score_input(
     loaded: LoadedModel,
     source: ScoringInput,
+    shard: Shard,
     ds: date,
-    env: DistEnv,
     chunk_rows: int,
     part: Path,
     progress: Progress | None,
 ) -> int:
-    """Stream this rank's share of `source` through the model into one Parquet part; returns its rows."""
+    """Stream this rank's shard of `source` through the model into one Parquet part; returns its rows."""
     writer: pq.ParquetWriter | None = None
     rows = 0
-    for chunk in source.chunks(env.rank, env.world_size, chunk_rows):
+    for chunk in source.chunks(shard, chunk_rows):
         table = source.score(loaded, chunk, ds)
         if writer is None:
             part.parent.mkdir(parents=True, exist_ok=True)
@@ -150,10 +151,11 @@ def score_day(
     loaded = load_model(paths.model_dir(model_version), env.device, bf16=export.bf16)
     counts = {}
     for name, source in scoring_inputs(paths, loaded, ds, users).items():
-        share = source.share(env.rank, env.world_size)
+        shard = source.shard(env.rank, env.world_size)  # read once: sizing timelines reads a column of each
+        share = sum(n for _, n in shard)
         progress = Progress(name, share, export.progress_every_chunks, log) if env.rank == 0 else None
         rows = _score_input(
-            loaded, source, ds, env, export.chunk_rows, out / name / f"part-{env.rank:05d}.parquet", progress
+            loaded, source, shard, ds, export.chunk_rows, out / name / f"part-{env.rank:05d}.parquet", progress
         )
         total = torch.tensor([rows], dtype=torch.int64)
         dist.all_reduce(total)

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import Row
 
 from gem_model.config import FeatureSpec
-from gem_model.data.loader import MAPPING_KEY, TimelineStream, features_to_kjt, scan_rank
+from gem_model.data.loader import MAPPING_KEY, TimelineStream, features_to_kjt, rank_fragments, scan_rows
 
 pytestmark = pytest.mark.spark
 SPEC = FeatureSpec()
@@ -182,11 +182,19 @@ def test_ranks_split_row_groups_into_disjoint_shards_that_cover_every_row(tmp_pa
     dataset = pads.dataset(tmp_path, format="parquet")
     shards = [
         np.concatenate(
-            [t.column("user_id").to_numpy() for t in scan_rank(dataset, None, rank, 5, ["user_id"], batch_rows=4)]
+            [
+                t.column("user_id").to_numpy()
+                for t in scan_rows(dataset, rank_fragments(dataset, None, rank, 5), None, ["user_id"], batch_rows=4)
+            ]
         )
         for rank in range(5)
     ]
     assert sorted(len(s) for s in shards) == [20, 20, 20, 30, 30]  # 12 groups over 5 ranks
     assert np.array_equal(np.sort(np.concatenate(shards)), np.arange(120))
-    again = np.concatenate([t.column("user_id").to_numpy() for t in scan_rank(dataset, None, 3, 5, ["user_id"], 4)])
+    again = np.concatenate(
+        [
+            t.column("user_id").to_numpy()
+            for t in scan_rows(dataset, rank_fragments(dataset, None, 3, 5), None, ["user_id"], 4)
+        ]
+    )
     assert np.array_equal(again, shards[3])

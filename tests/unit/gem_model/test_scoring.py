@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import torch
 
 from gem_model.config import TASKS, GemConfig
-from gem_model.data.loader import impression_rows, scan_rank_timelines
+from gem_model.data.loader import impression_rows
 from gem_model.export.batch import ScoringInput
 from gem_model.export.checkpoint import LoadedModel
 from gem_model.export.scoring import score_timelines
@@ -52,12 +52,13 @@ def test_each_rank_scores_whole_timelines_in_chunks_of_bounded_impressions_and_e
     seen, shares = [], []
     for rank in range(2):
         rows = 0
-        for chunk in scan_rank_timelines(dataset, None, rank, 2, table.schema.names, impressions=8):
+        shard = source.shard(rank, 2)
+        for chunk in source.chunks(shard, 8):
             counts = pc.list_value_length(chunk.column("visible")).to_numpy()
             assert counts.sum() <= 8 or chunk.num_rows == 1  # a timeline over the bound comes alone
             seen += pc.list_flatten(chunk.column("impression_id")).to_pylist()
             rows += int(counts.sum())
-        assert rows == source.share(rank, 2)
+        assert rows == sum(n for _, n in shard)
         shares.append(rows)
     assert sorted(seen) == sorted(pc.list_flatten(table.column("impression_id")).to_pylist())
     assert abs(shares[0] - shares[1]) <= max(pc.list_value_length(table.column("visible")).to_pylist()) * 5
