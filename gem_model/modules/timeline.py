@@ -7,9 +7,10 @@ over the events (`kernels.jagged_attention`, a sliding window for long histories
 on events 0..j only. The cheap part runs per impression and costs O(read window) however long the history:
 queries made from the candidate ad and its context attend over the newest visible encoded events
 (`kernels.target_attention`), the item attributes embedded into both queries and keys so an event like the
-candidate scores high (the match signal as a term of q.k); the mean and the newest of the visible events come from prefix sums and gathers, and the count
-of visible events that share the candidate's item or attribute ids from a binary search. Nothing an impression
-reads lies at or after its timestamp, so point-in-time correctness is exact by construction.
+candidate scores high (the match signal as a term of q.k); the mean and the newest of the visible events come
+from prefix sums and gathers, and the count of visible events that share the candidate's item or attribute ids
+from a binary search. Nothing an impression reads lies at or after its timestamp, so point-in-time correctness
+is exact by construction.
 
 Rows of a batch are impressions. A timeline's events ride on the row of its first impression (every other row
 of the timeline has none), so one KeyedJaggedTensor of fixed stride carries a batch and the item table looks each
