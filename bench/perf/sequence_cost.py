@@ -9,9 +9,12 @@ model's own parts at the default `model.sequence` config: the `TimelineEncoder` 
 each user's events, with `--window`, default the config's) and the `TargetReader` (each impression's queries
 over the newest `--read-window` of its visible encoded events, default the config's, the visible mean and newest
 events, the match tokens). Each part runs forward + backward on its own; reported per user (encoding) and per
-impression (reading), the median of --reps steps after one warm-up, at 1 torch thread unless --threads. The
-per-impression part should be nearly flat in L with a read window (linear without one), the per-user part
-linear in L with an encoder window and quadratic without.
+impression (reading: all of the reader's work over the impressions, its per-user part included), the median of
+--reps steps after one warm-up, at 1 torch thread unless --threads; and what an added impression costs (the read
+with twice the impressions, less the read, over the impressions added), the per-impression part alone. That
+part should be nearly flat in L with a read window (linear without one); the reader's per-user part (the keys'
+projections, the matches' sorts, prefix sums) is linear in L, and the encoding linear with an encoder window
+and quadratic without.
 """
 
 from __future__ import annotations
@@ -71,36 +74,46 @@ def measure(
         match_kinds=2 + len(attributes),
         action_buckets=spec.action_buckets,
     )
-    timelines = _timelines(users, length, impressions, day_events)
-    m, n_events = timelines.n_impressions, users * length
+    n_events = users * length
     items = spec.item_feature.buckets
     events = {column: torch.randint(1, buckets, (n_events,)) for column, buckets in attributes.items()}
-    candidates = {column: torch.randint(1, buckets, (m,)) for column, buckets in attributes.items()}
-    event_items, candidate_items = torch.randint(1, items, (n_events,)), torch.randint(1, items, (m,))
+    event_items = torch.randint(1, items, (n_events,))
     minutes, actions = torch.randint(0, 100_000, (n_events,)), torch.randint(0, spec.action_buckets, (n_events,))
+    encoding_timelines = _timelines(users, length, impressions, day_events)
 
     def encode() -> None:
         tokens = torch.randn(n_events, seq.dim, requires_grad=True)
-        encoder(tokens, timelines).sum().backward()
+        encoder(tokens, encoding_timelines).sum().backward()
 
-    def read() -> None:
-        encoded = torch.randn(n_events, seq.dim, requires_grad=True)
-        pairs = [(event_items, candidate_items), *((events[c], candidates[c]) for c in attributes)]
-        matches = Matches.find(
-            timelines, pairs, minutes, torch.zeros(m, dtype=torch.int64), actions, spec.age_buckets, spec.action_buckets
-        )
-        out = reader(
-            encoded,
-            timelines,
-            torch.randn(m, candidate_dim),
-            torch.randint(0, spec.age_buckets, (m,)),
-            events,
-            candidates,
-            matches,
-        )
-        out.sum().backward()
+    def reading(per_user: int) -> Callable[[], None]:
+        timelines = _timelines(users, length, per_user, day_events)
+        m = timelines.n_impressions
+        candidates = {column: torch.randint(1, buckets, (m,)) for column, buckets in attributes.items()}
+        candidate_items = torch.randint(1, items, (m,))
 
-    encode_s, read_s = _median(encode, reps), _median(read, reps)
+        def read() -> None:
+            encoded = torch.randn(n_events, seq.dim, requires_grad=True)
+            pairs = [(event_items, candidate_items), *((events[c], candidates[c]) for c in attributes)]
+            matches = Matches.find(
+                timelines, pairs, minutes, torch.zeros(m, dtype=torch.int64), actions, spec.age_buckets,
+                spec.action_buckets,
+            )  # fmt: skip
+            out = reader(
+                encoded,
+                timelines,
+                torch.randn(m, candidate_dim),
+                torch.randint(0, spec.age_buckets, (m,)),
+                events,
+                candidates,
+                matches,
+            )
+            out.sum().backward()
+
+        return read
+
+    encode_s = _median(encode, reps)
+    read_s, read_twice_s = (_median(reading(n), reps) for n in (impressions, 2 * impressions))
+    m = users * impressions
     return {
         "length": length,
         "users": users,
@@ -109,6 +122,8 @@ def measure(
         "read_window": read_window,
         "encode_ms_per_user": 1e3 * encode_s / users,
         "read_ms_per_impression": 1e3 * read_s / m,
+        # What one more impression adds: the reader's per-user work (projections, sorts, prefix sums) cancels.
+        "read_ms_per_added_impression": 1e3 * (read_twice_s - read_s) / m,
     }
 
 
@@ -139,17 +154,21 @@ def main() -> None:
         f"read window {read_window}, {args.impressions} impressions a user among the last {args.day_events} events; "
         "forward + backward\n"
     )
-    print("| L events a user | encoding ms a user | reading ms an impression |")
-    print("|---|---|---|")
-    for r in results:
-        print(f"| {r['length']:,} | {r['encode_ms_per_user']:.2f} | {r['read_ms_per_impression']:.3f} |")
-    print("\nlog-log slope against L (0 flat, 1 linear, 2 quadratic):\n")
-    print("| from L | to L | encoding | reading |")
+    print("| L events a user | encoding ms a user | reading ms an impression | ms an added impression |")
     print("|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['length']:,} | {r['encode_ms_per_user']:.2f} | {r['read_ms_per_impression']:.3f} "
+            f"| {r['read_ms_per_added_impression']:.3f} |"
+        )
+    print("\nlog-log slope against L (0 flat, 1 linear, 2 quadratic):\n")
+    print("| from L | to L | encoding | reading | an added impression |")
+    print("|---|---|---|---|---|")
+    keys = ("encode_ms_per_user", "read_ms_per_impression", "read_ms_per_added_impression")
     for a, b in zip(results, results[1:]):
         ratio = math.log(b["length"] / a["length"])
-        slopes = [math.log(b[k] / a[k]) / ratio for k in ("encode_ms_per_user", "read_ms_per_impression")]
-        print(f"| {a['length']:,} | {b['length']:,} | {slopes[0]:.2f} | {slopes[1]:.2f} |")
+        slopes = [math.log(b[k] / a[k]) / ratio if a[k] > 0 and b[k] > 0 else math.nan for k in keys]
+        print(f"| {a['length']:,} | {b['length']:,} | " + " | ".join(f"{x:.2f}" for x in slopes) + " |")
 
 
 if __name__ == "__main__":
