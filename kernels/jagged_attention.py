@@ -209,6 +209,8 @@ def _dense_attention(
     empty softmax, no NaN); their outputs are garbage that the caller drops.
     """
     n = q.shape[2]
+    if mask.causal and mask.window is not None and not mask.n_global and n > 2 * (mask.window + 1):
+        return _banded_attention(q, k, v, lengths, mask.window, activation, scale)
     allowed = mask.allowed(n, lengths, valid)  # [b, 1, n | 1, n] or None
     causal_only = mask.causal and allowed is None
     if activation == "softmax":
@@ -223,6 +225,36 @@ def _dense_attention(
         # Dividing the [b, H, n, Dh] output by n_b is cheaper than dividing the [b, H, n, n] weights.
         out = (weights @ v) / lengths.to(q.dtype)[:, None, None, None]
     return out.transpose(1, 2)
+
+
+def _banded_attention(
+    q: Tensor, k: Tensor, v: Tensor, lengths: Tensor, window: int, activation: str, scale: float
+) -> Tensor:
+    """Causal sliding-window attention of one bucket in O(n * window): q, k, v [b, H, n, Dh] cut into blocks of
+    c = window + 1 tokens, each block's queries against the keys of that block and the one before (every key a
+    query may see), so no [n, n] matrix is formed. Returns [b, n, H, Dh] as `_dense_attention` does."""
+    b, h, n, dh = q.shape
+    c = window + 1
+    blocks = -(-n // c)
+    pad = blocks * c - n
+
+    def split(t: Tensor) -> Tensor:  # [b, H, n, Dh] -> [b, H, blocks, c, Dh]
+        return F.pad(t, (0, 0, 0, pad)).view(b, h, blocks, c, dh)
+
+    qb, kb, vb = split(q), split(k), split(v)
+    # Each block's keys: the block before (zeros before the first) and its own, [b, H, blocks, 2c, Dh].
+    kk, vv = (torch.cat([F.pad(t, (0, 0, 0, 0, 1, 0))[:, :, :-1], t], dim=3) for t in (kb, vb))
+    a = torch.arange(c, device=q.device)[:, None]  # query place in its block
+    t = torch.arange(2 * c, device=q.device)[None, :]  # key place in the two blocks
+    near = (t > a) & (t <= a + c)  # key position within [query - window, query]
+    allowed = near[None].expand(blocks, c, 2 * c).clone()
+    allowed[0, :, :c] = False  # the first block has no block before it
+    if activation == "softmax":
+        out = F.scaled_dot_product_attention(qb, kk, vv, attn_mask=allowed, scale=scale)
+    else:
+        weights = POINTWISE[activation]((qb * scale) @ kk.transpose(-1, -2)).masked_fill_(~allowed, 0.0)
+        out = (weights @ vv) / lengths.to(q.dtype)[:, None, None, None, None]
+    return out.reshape(b, h, blocks * c, dh)[:, :, :n].transpose(1, 2)
 
 
 def _import_triton_kernel(q: Tensor, name: str = "triton_jagged_attention") -> Callable[..., Tensor]:
