@@ -68,17 +68,23 @@ class GemModel(nn.Module):
         self.ad_tower = mlp(d * len(self.ad_features), config.tower_dims, config.repr_dim)
         self.interaction = interaction_arch(spec, config, len(self.feature_names))
         self.heads = heads(spec, config, self.interaction.out_dim)
+        # GEM's towers read the embeddings detached: the retrieval loss trains the towers and leaves the shared
+        # tables to the ranking loss. Its gradient into them, with a batch's clicks grouped by user, cost GEM 0.004
+        # click NE and 0.004 conversion NE at `small`. The baselines keep it: without it DCN-V2 fell from 0.7453 to
+        # 0.7019 click AUC there, seed 0 (docs/experiments/2026-12-07-encoded-once-per-user.md).
+        self.towers_train_tables = config.architecture != "gem"
 
-    # The towers read the embeddings detached: the retrieval loss trains the towers and leaves the shared tables to
-    # the ranking loss. Its gradient into them, with a batch's clicks grouped by user, cost 0.004 click NE and 0.004
-    # conversion NE at `small` (docs/experiments/2026-12-07-encoded-once-per-user.md). Normalised in float32 even
-    # under bf16 autocast: unit norms to 1e-6, as the indexes' inner products assume.
+    def _tower_input(self, embeddings: list[torch.Tensor]) -> torch.Tensor:
+        joined = torch.cat(embeddings, dim=1)
+        return joined if self.towers_train_tables else joined.detach()
+
+    # Normalised in float32 even under bf16 autocast: unit norms to 1e-6, as the indexes' inner products assume.
     def _user(self, sparse: SparseOutput) -> torch.Tensor:
         parts = [sparse.pooled[n] for n in self.user_features] + [sparse.seq_mean]
-        return F.normalize(self.user_tower(torch.cat(parts, dim=1).detach()).float(), dim=1)
+        return F.normalize(self.user_tower(self._tower_input(parts)).float(), dim=1)
 
     def _ad(self, sparse: SparseOutput) -> torch.Tensor:
-        tower = self.ad_tower(torch.cat([sparse.pooled[n] for n in self.ad_features], dim=1).detach())
+        tower = self.ad_tower(self._tower_input([sparse.pooled[n] for n in self.ad_features]))
         return F.normalize(tower.float(), dim=1)
 
     def _domain_ids(self, features: KeyedJaggedTensor) -> torch.Tensor:
