@@ -10,7 +10,7 @@ A table guarantees its required columns: it never lacks one, key columns are nev
 rows of a partition share their values (unless the contract says the keys only group rows). It
 may carry more. The extra columns that have a fixed name under the default configuration (the
 synthetic world's `signup_date` or `true_*` truth, the default `FeatureSpec`'s `<feature>_idx`
-and `seq_category_idx`, the impression columns that gold.training_examples keeps) are listed as
+and `seq_category_idx`, the impression columns that the gold tables keep) are listed as
 optional `Column`s: described, in the docs and the UI, but not required by `schema_violations`,
 because another source or feature set changes them. What varies by source or config with no
 fixed name (a dataset's own features, one `<feature>_idx` per configured feature) is a prose
@@ -285,12 +285,11 @@ CONTRACT: dict[str, TableContract] = {
         notes=SEQUENCE_NOTES,
     ),
     "gold.training_examples": TableContract(
-        "one row per impression of `ds`: the impression, the user's and the ad's features, and the user's "
-        "events strictly before `ts`, truncated to `max_seq_len`",
+        "one row per impression of `ds`: the impression and the user's and the ad's features (the user's events "
+        "are in `gold.user_timelines`, once per user and day)",
         (
             *IMPRESSION,
             HOUR_OF_DAY,
-            *sequence("before `ts`"),
             idx("user_id"),
             idx("ad_id"),
             idx("surface"),
@@ -301,13 +300,11 @@ CONTRACT: dict[str, TableContract] = {
                 *AD_ATTRIBUTES,
                 *(idx(c.name) for c in (*USER_ATTRIBUTES, *AD_ATTRIBUTES, POSITION, HOUR_OF_DAY)),
             ),
-            SEQ_CATEGORY,
         ),
         ("impression_id", "user_id", "ad_id", "ts"),
         ("ds",),
         notes="every `bronze.impressions` column (a dataset's extras included); the user and ad attributes of "
-        "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per "
-        f"feature; {SEQUENCE_NOTES}",
+        "`FeatureSpec.features` (null when the dimension row is missing) and one `<feature>_idx` per feature",
     ),
     "gold.user_timelines": TableContract(
         "one row per user with impressions on `ds`: the user's features, the day's impressions with their ad and "

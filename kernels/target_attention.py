@@ -126,6 +126,7 @@ def _bucketed_target_attention(
     rows = rows.index_select(0, torch.sort(span.index_select(0, rows), stable=True).indices)
     lengths = span.index_select(0, rows).tolist()
     shift = lo.index_select(0, owner)  # each target's row's first key read
+    first, visible, key_starts = first - shift, visible - shift, kv_offsets[:-1] + lo  # in the cut rows
     bucket_first = 0
     while bucket_first < len(rows):
         last = bisect.bisect_right(
@@ -133,15 +134,15 @@ def _bucketed_target_attention(
         )
         bucket = rows[bucket_first:last]
         q_index, q_sub = _ranges(q_offsets[:-1], targets, bucket)
-        kv_index, kv_sub = _ranges(kv_offsets[:-1] + lo, span, bucket)
+        kv_index, kv_sub = _ranges(key_starts, span, bucket)
         part = _padded_target_attention(
             q.index_select(0, q_index),
             q_sub,
             k.index_select(0, kv_index),
             v.index_select(0, kv_index),
             kv_sub,
-            (first - shift).index_select(0, q_index),
-            (visible - shift).index_select(0, q_index),
+            first.index_select(0, q_index),
+            visible.index_select(0, q_index),
             activation=activation,
             scale=scale,
         )

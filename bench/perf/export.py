@@ -1,11 +1,9 @@
-"""Export speed on one lake: scoring rows/s (torchrun ranks, one process, a naive loop) and the export's wall time.
+"""Export speed on one lake: scoring rows/s (torchrun ranks, one process) and the export's wall time.
 
     GEM_HOME=lakehouse-small python -m bench.perf.export --preset small --ds 2026-11-08
 
 The model is `--model-version` (default: the `gem` variant bench/research/model_quality.py trained on this
 lake). In the same run it measures, on the day's inputs:
-- naive: one process, one impression with its own copy of the history per forward pass (rows of
-  `gold.training_examples`), on a sample of `--naive-rows` impressions;
 - `jobs.score` as one process (torch's default threads) and under torchrun with `--nproc`
   ranks of one thread each, end to end (start-up, model load, all three tables);
 - the whole `export_job` of the day through Dagster (user input, scoring, commits, both indexes,
@@ -22,27 +20,12 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 from bench.common import REPO, variant_version
 from dagster_project.resources.launchers import LocalTorchrunLauncher
 from gem_model.paths import GemPaths
-
-
-def naive_rows_per_second(paths, version: str, ds: date, rows: int) -> float:
-    import torch
-
-    from gem_model.data.loader import ds_filter, features_to_kjt, open_delta
-    from gem_model.export.checkpoint import load_model
-
-    loaded = load_model(paths.model_dir(version))
-    sample = open_delta(paths.table("gold.training_examples")).head(rows, filter=ds_filter(ds, ds + timedelta(days=1)))
-    started = time.perf_counter()
-    with torch.inference_mode(), loaded.autocast():
-        for i in range(sample.num_rows):
-            loaded.model.logits(features_to_kjt(sample.slice(i, 1), loaded.config.features)).float().numpy()
-    return sample.num_rows / (time.perf_counter() - started)
 
 
 def scoring_run(version: str, ds: date, users: Path, out: Path, nproc: int) -> dict[str, float]:
@@ -82,7 +65,6 @@ def main() -> None:
     parser.add_argument("--ds", type=date.fromisoformat, help="default: the last day of the world")
     parser.add_argument("--model-version")
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--naive-rows", type=int, default=1000)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -99,7 +81,6 @@ def main() -> None:
     write_user_input(SparkResource().session(), paths, cfg.features, ds, users, cfg.export.user_input_files)
 
     results = {
-        "naive_rows_per_second": naive_rows_per_second(paths, version, ds, args.naive_rows),
         "one_process": scoring_run(version, ds, users, work / "one", 1),
         "torchrun": scoring_run(version, ds, users, work / "ranks", args.nproc),
         "export_job": export_job(lake, version, ds),
@@ -107,18 +88,13 @@ def main() -> None:
     shutil.rmtree(work)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     print(f"\n{args.preset}, ds={ds}, model {version}, {machine}\n")
-    print("| scoring | rows | seconds | rows/s | × naive |\n|---|---|---|---|---|")
-    naive = results["naive_rows_per_second"]
-    print(f"| naive loop (1 process, 1 row per forward, {args.naive_rows} impressions) | | | {naive:,.0f} | 1.0 |")
+    print("| scoring | rows | seconds | rows/s |\n|---|---|---|---|")
     for name, label in (
         ("one_process", "jobs.score, 1 process"),
         ("torchrun", f"jobs.score, torchrun {args.nproc} ranks"),
     ):
         r = results[name]
-        print(
-            f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} | "
-            f"{r['rows_per_second'] / naive:.1f} |"
-        )
+        print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} |")
     print("\n| export_job step | seconds |\n|---|---|")
     for step, seconds in results["export_job"].items():
         print(f"| {step.removesuffix('_seconds')} | {seconds:.1f} |")

@@ -35,9 +35,9 @@ from bench.research.learnable_ceiling import (
     CLICK_TERMS,
     Task,
     best_fit,
+    examples_with_sequences,
     learner_rows,
 )
-from gem_lake.delta import read_table
 from gem_lake.sources.world import CLICK_INTERCEPT, INTERACTION_STRENGTH, RECENCY_BOOST, Source
 from gem_lake.spark.session import build_spark_session
 from gem_model.config import GemConfig
@@ -51,7 +51,6 @@ from gem_model.data.loader import (
 )
 from gem_model.export.checkpoint import load_model
 from gem_model.export.scoring import score_timelines
-from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
 
 TERMS = ("affinity", "ad", "context", "recency", "segment", "unseen_drift")
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = GemConfig.load(args.preset)
     spark = build_spark_session()
     world = Source(spark, cfg)
-    examples = read_table(spark, GemPaths.from_env().table("gold.training_examples"))
+    examples = examples_with_sequences(spark, cfg.features)
     rows = learner_rows(examples, world)
     truth = true_terms(examples, world, cfg, rows)
     spark.stop()

@@ -41,11 +41,11 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F_nn
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gem_lake.delta import read_table
-from gem_lake.features.tables import age_bucket
+from gem_lake.features.tables import age_bucket, impression_sequences
 from gem_lake.sources.world import (
     CART_ACTION,
     CART_HALF_LIFE_H,
@@ -56,7 +56,7 @@ from gem_lake.sources.world import (
     in_segment,
 )
 from gem_lake.spark.session import build_spark_session
-from gem_model.config import GemConfig
+from gem_model.config import FeatureSpec, GemConfig
 from gem_model.paths import GemPaths
 from gem_model.train.metrics import auc, normalized_entropy
 
@@ -78,8 +78,17 @@ TERMS = ("interaction", "recency", "cart", "share", *CLOCK)
 CLICK_REFERENCE, CVR_REFERENCE = "+ recency + sequence share", "+ cart recency + sequence share"
 
 
+def examples_with_sequences(spark: SparkSession, spec: FeatureSpec) -> DataFrame:
+    """gold.training_examples, each impression with its own sequence from gold.user_timelines."""
+    paths = GemPaths.from_env()
+    sequences = impression_sequences(read_table(spark, paths.table("gold.user_timelines")), spec)
+    own = sequences.select("impression_id", "ds", "seq_item_ids", "seq_ts", "seq_actions")
+    return read_table(spark, paths.table("gold.training_examples")).join(own, ["impression_id", "ds"])
+
+
 def learner_rows(examples: DataFrame, world: Source) -> pd.DataFrame:
-    """One row per impression: the ids the learner embeds and its real-valued terms."""
+    """One row per impression of `examples_with_sequences`: the ids the learner embeds and its real-valued
+    terms."""
     events = F.arrays_zip(
         F.col("seq_item_ids").alias("item"), F.col("seq_ts").alias("ts"), F.col("seq_actions").alias("action")
     )
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
             "buckets: set CLOCK in bench/research/learnable_ceiling.py to the preset's age_buckets"
         )
     spark = build_spark_session()
-    rows = learner_rows(read_table(spark, GemPaths.from_env().table("gold.training_examples")), Source(spark, cfg))
+    rows = learner_rows(examples_with_sequences(spark, cfg.features), Source(spark, cfg))
     spark.stop()
     w = cfg.world
     print("| learner | task | holdout AUC | holdout NE | L2 (chosen on the last training day) |\n|---|---|---|---|---|")

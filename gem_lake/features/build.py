@@ -104,14 +104,15 @@ def _inputs(cfg: GemConfig, table: str, ds: date | None) -> dict[str, list[str]]
     sequences = {"bronze.events": _event_days(cfg, ds), "silver.ad_features": [WHOLE_TABLE]}
     if table == "gold.user_sequences":
         return sequences
-    # gold.training_examples and gold.user_timelines: the day's impressions with their users, ads and sequences.
-    return {
+    # gold.training_examples: the day's impressions with their users and ads; gold.user_timelines: and sequences.
+    examples = {
         "bronze.impressions": [ds.isoformat()],
-        **sequences,
         "bronze.users": [WHOLE_TABLE],
         "bronze.ads": [WHOLE_TABLE],
         "silver.user_features": [WHOLE_TABLE],
+        "silver.ad_features": [WHOLE_TABLE],
     }
+    return examples if table == "gold.training_examples" else {**examples, **sequences}
 
 
 def require_inputs(cfg: GemConfig, paths: GemPaths, table: str, ds: date | None = None) -> dict[str, int]:
@@ -186,7 +187,6 @@ def build_training_examples(spark: SparkSession, cfg: GemConfig, paths: GemPaths
     require_inputs(cfg, paths, "gold.training_examples", ds)
     df = tables.training_examples(
         read_table(spark, paths.table("bronze.impressions")),
-        read_table(spark, paths.table("bronze.events")),
         read_table(spark, paths.table("silver.user_features")),
         read_table(spark, paths.table("silver.ad_features")),
         cfg.features,

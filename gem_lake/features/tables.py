@@ -7,12 +7,13 @@ missing value (null attribute, or an impression whose user or ad has no dimensio
 needs a vocabulary, so an id never seen in training (a cold-start ad) still gets a row; the loader
 and the model only read these columns.
 
-Sequences are point-in-time correct: an impression's sequence holds only events strictly before
-its `ts`, most recent first, within `lookback_days`, truncated to `max_seq_len`. Each user's
-window of events is collected once and every impression filters it, so the cost grows with
-events per user, not with impressions x events (no exploding join). gold.user_timelines stores
-that window once per user and day instead of once per impression: its impressions say how many
-of the (oldest first) events each may see.
+Sequences are point-in-time correct: an impression sees only events strictly before its `ts`,
+within `lookback_days`, at most `max_seq_len` of those before the day's first impression. Each
+user's window of events is collected once, so the cost grows with events per user, not with
+impressions x events (no exploding join). gold.user_timelines stores that window once per user and
+day, not once per impression: its impressions say how many of the (oldest first) events each may
+see. gold.training_examples holds the impressions alone; `impression_sequences` gives an analysis
+one impression's own sequence from the timelines.
 """
 
 from __future__ import annotations
@@ -167,30 +168,22 @@ def _attributes(df: DataFrame, key: str, spec: FeatureSpec, side: str) -> DataFr
 
 
 def training_examples(
-    impressions: DataFrame, events: DataFrame, users: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date
+    impressions: DataFrame, users: DataFrame, ads: DataFrame, spec: FeatureSpec, ds: date
 ) -> DataFrame:
-    """gold.training_examples for `ds`: impressions joined with user/ad attributes and sequences.
+    """gold.training_examples for `ds`: impressions joined with user and ad attributes, one row each.
 
     Impression columns (a dataset's extras included) are kept, with `hour_of_day` derived from `ts` (a context
-    every source has); user and ad extras stay in silver.
+    every source has); user and ad extras stay in silver. The user's events are in gold.user_timelines, once per
+    user and day rather than once per impression.
     """
     impressions = impressions.withColumn(HOUR_OF_DAY, F.hour("ts"))
     require_features(impressions, spec, "context")
     imps = impressions.where(F.col("ds") == F.lit(ds))
-    joined = (
-        imps.join(_attributes(users, "user_id", spec, "user"), "user_id", "left")
-        .join(_attributes(ads, "ad_id", spec, "ad"), "ad_id", "left")
-        .join(_histories(events, ads, spec, ds), "user_id", "left")
+    joined = imps.join(_attributes(users, "user_id", spec, "user"), "user_id", "left").join(
+        _attributes(ads, "ad_id", spec, "ad"), "ad_id", "left"
     )
-    # Strictly before: an event at the impression's own timestamp is not history.
-    before = F.filter(F.coalesce(F.col("history"), F.array()), lambda e: e["ts"] < F.col("ts"))
     attributes = [f.name for f in spec.features if f.side != "context" and f.name not in ("user_id", "ad_id")]
-    with_seq = joined.select(
-        *imps.columns,
-        *attributes,
-        *_sequence_columns(before, spec, F.col("ts")),
-    )
-    return with_feature_indices(with_seq, spec, "user", "ad", "context")
+    return with_feature_indices(joined.select(*imps.columns, *attributes), spec, "user", "ad", "context")
 
 
 # A timeline's per-impression fields besides the feature rows: `ts` then `impression_id` lead, so that sorting the
@@ -210,8 +203,9 @@ def user_timelines(
     and its own age bucket (`target_age_idx`).
 
     Events at or after the user's last impression are dropped (no impression sees them), and of those before the
-    first impression only the newest `max_seq_len` are kept, so an impression sees every event of its
-    gold.training_examples sequence. Ages are as of the end of `ds`, the one instant all the impressions share.
+    first impression only the newest `max_seq_len` are kept, so an impression sees at least its newest
+    `max_seq_len` earlier events (`impression_sequences`). Ages are as of the end of `ds`, the one instant all the
+    impressions share.
     """
     impressions = impressions.withColumn(HOUR_OF_DAY, F.hour("ts"))
     require_features(impressions, spec, "context")
@@ -247,6 +241,33 @@ def user_timelines(
         *_event_columns(seen, spec, _end_of(ds)),
     )
     return with_feature_indices(timelines, spec, "user")
+
+
+def impression_sequences(timelines: DataFrame, spec: FeatureSpec) -> DataFrame:
+    """One row per impression of gold.user_timelines rows: its `impression_id`, `user_id`, `ds`, `ts` and its own
+    sequence, the newest `max_seq_len` events before `ts`, newest first, with ages as of `ts`.
+
+    For analyses that read one impression's history (the research benches); the model reads the timelines.
+    """
+    events = [spec.sequence_feature, "seq_ts", "seq_actions", spec.sequence_idx_column, spec.action_idx_column]
+    events += list(spec.sequence_attribute_columns.values())
+    exploded = timelines.select(
+        "user_id", "ds", "ts", "visible", *events, F.posexplode("impression_id").alias("i", "impression_id")
+    ).select("*", F.col("ts")[F.col("i")].alias("impression_ts"), F.col("visible")[F.col("i")].alias("seen"))
+    seen, ts = F.col("seen"), F.col("impression_ts")
+    start = F.greatest(seen - spec.max_seq_len, F.lit(0))
+
+    def own(column: str) -> Column:
+        return F.reverse(F.slice(F.col(column), start + 1, seen - start))
+
+    return exploded.select(
+        "impression_id",
+        "user_id",
+        "ds",
+        ts.alias("ts"),
+        *(own(c).alias(c) for c in events),
+        F.transform(own("seq_ts"), lambda t: age_bucket(t, ts, spec.age_buckets)).alias(spec.age_idx_column),
+    )
 
 
 def _seen_events(history: Column, impressions: Column, max_seq_len: int) -> Column:

@@ -86,6 +86,4 @@ def test_pipeline_runs_on_real_dataset(source, spark, tmp_path, monkeypatch):
     assert failed == []
     # Every table that carries history checks it on every day.
     checked = Counter(r.asset_key.to_user_string() for r in results if r.check_name == "point_in_time")
-    assert checked == {
-        table: cfg.world.n_days for table in ("gold/user_sequences", "gold/training_examples", "gold/user_timelines")
-    }
+    assert checked == {table: cfg.world.n_days for table in ("gold/user_sequences", "gold/user_timelines")}

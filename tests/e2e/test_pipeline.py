@@ -66,18 +66,20 @@ def test_every_table_meets_its_contract_with_expected_rows(pipeline, spark):
 
 def test_bronze_conserves_rows_and_sequences_are_point_in_time(pipeline, spark):
     from gem_lake.features.quality import sequence_stats, timeline_stats
+    from gem_lake.features.tables import impression_sequences
     from gem_lake.sources.world import Source
 
     lake, _, _ = pipeline
+    spec = lake.config.features
     raw = sum(Source(spark, lake.config).events(d).count() for d in lake.config.world.days)
     assert read_table(spark, lake.paths.table("bronze.events")).count() + _rejected(spark, lake, "bronze.events") == raw
     examples = read_table(spark, lake.paths.table("gold.training_examples"))
-    stats = sequence_stats(examples, lake.config.features.max_seq_len)
-    assert stats.point_in_time and stats.p99 >= 10 * max(stats.p50, 1)  # heavy-tailed, capped at max_seq_len
-    timelines = timeline_stats(
-        read_table(spark, lake.paths.table("gold.user_timelines")), lake.config.features.max_seq_len
-    )
-    assert timelines.point_in_time and timelines.impressions == examples.count()  # each impression once, per user
+    timelines = read_table(spark, lake.paths.table("gold.user_timelines"))
+    stats = timeline_stats(timelines, spec.max_seq_len)
+    assert stats.point_in_time and stats.impressions == examples.count()  # each impression once, per user
+    own = sequence_stats(impression_sequences(timelines, spec), spec.max_seq_len)  # each impression's, before `ts`
+    assert own.point_in_time and own.rows == examples.count()
+    assert own.p99 >= 10 * max(own.p50, 1)  # heavy-tailed, capped at max_seq_len
 
 
 def test_model_manifest_has_finite_holdout_metrics(pipeline):

@@ -61,9 +61,13 @@ def test_sequences_hold_only_strictly_earlier_events_most_recent_first(spark):
         spec,
     )
     out = {
-        r["impression_id"]: r
-        for r in tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()
+        r["impression_id"]: r.asDict()
+        for r in tables.training_examples(_impressions(spark), users, ads, spec, DS).collect()
     }
+    timelines = tables.user_timelines(_impressions(spark), _events(spark), users, ads, spec, DS)
+    for r in tables.impression_sequences(timelines, spec).collect():
+        assert (r["user_id"], r["ts"]) == (out[r["impression_id"]]["user_id"], out[r["impression_id"]]["ts"])
+        out[r["impression_id"]] |= r.asDict()
     assert out["a"]["seq_item_ids"] == [12, 11]  # 13 is at the impression's ts, 14 after it
     # Each event's item carries its ad's category row, hashed like the target's; 11 is no ad.
     category_of_12 = ads.where("ad_id = 12").first()["category_idx"]
@@ -95,10 +99,7 @@ def test_missing_dimension_rows_map_to_the_reserved_row(spark):
         spark.createDataFrame([Row(ad_id=9, advertiser_id=1, category=2, ad_format="video", objective="conversion")]),
         spec,
     )
-    out = {
-        r["impression_id"]: r
-        for r in tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS).collect()
-    }
+    out = {r["impression_id"]: r for r in tables.training_examples(_impressions(spark), users, ads, spec, DS).collect()}
     assert out["a"]["age_bucket_idx"] == tables.MISSING_ROW  # null attribute
     assert out["a"]["country_idx"] != tables.MISSING_ROW
     assert out["b"]["device_idx"] == tables.MISSING_ROW  # user 2 has no silver.user_features row
@@ -134,13 +135,15 @@ def test_a_datasets_own_fields_become_features_on_every_side(spark):
         spark.createDataFrame([Row(ad_id=5, genre="drama"), Row(ad_id=12, genre="war")]), spec
     )
     imps = _impressions(spark).withColumn("hour", F.hour("ts"))
-    examples = tables.training_examples(imps, _events(spark), users, ads, spec, DS)
+    examples = tables.training_examples(imps, users, ads, spec, DS)
     out = {r["impression_id"]: r for r in examples.collect()}
+    timelines = tables.user_timelines(imps, _events(spark), users, ads, spec, DS)
+    own = {r["impression_id"]: r for r in tables.impression_sequences(timelines, spec).collect()}
     a = out["a"]
     assert a["gender_idx"] == users.first()["gender_idx"] != tables.MISSING_ROW
     assert a["genre_idx"] == ads.where("ad_id = 5").first()["genre_idx"] != tables.MISSING_ROW
     assert a["hour"] == 10 and a["hour_idx"] == spark.range(1).select(tables.hashed(F.lit(10), 32)).first()[0]
-    assert a["seq_genre_idx"] == [ads.where("ad_id = 12").first()["genre_idx"], tables.MISSING_ROW]
+    assert own["a"]["seq_genre_idx"] == [ads.where("ad_id = 12").first()["genre_idx"], tables.MISSING_ROW]
     assert out["b"]["gender_idx"] == tables.MISSING_ROW  # user 2 has no row
 
 
@@ -163,7 +166,7 @@ def test_a_feature_the_data_lacks_is_named_with_the_fix(spark, side, message):
         if side == "user":
             tables.silver_user_features(users, spec)
         else:
-            tables.training_examples(_impressions(spark), _events(spark), users, ads, spec, DS)
+            tables.training_examples(_impressions(spark), users, ads, spec, DS)
     assert str(error.value).startswith("features.features: ") and message in str(error.value)
 
 
@@ -430,14 +433,18 @@ def _random_world(spark, seed: int = 7):
     return spark.createDataFrame(events), spark.createDataFrame(impressions)
 
 
-def _age(ts: datetime) -> int:
-    """The age bucket of `ts` at the end of DS, worked out apart from Spark."""
-    minutes = (datetime(2026, 11, 4) - ts).total_seconds() / 60
+def _age_at(ts: datetime, as_of: datetime) -> int:
+    """The age bucket of `ts` at `as_of`, worked out apart from Spark."""
+    minutes = (as_of - ts).total_seconds() / 60
     return min(math.floor(math.log2(1 + minutes)), FeatureSpec().age_buckets - 1)
 
 
+def _age(ts: datetime) -> int:
+    return _age_at(ts, datetime(2026, 11, 4))  # the end of DS
+
+
 @pytest.mark.slow
-def test_timelines_conserve_impressions_and_show_each_the_events_of_its_training_example(spark):
+def test_timelines_conserve_impressions_and_give_each_its_point_in_time_sequence(spark):
     spec = FeatureSpec(max_seq_len=4, lookback_days=2)
     events, impressions = _random_world(spark)
     users = tables.silver_user_features(
@@ -453,27 +460,34 @@ def test_timelines_conserve_impressions_and_show_each_the_events_of_its_training
         ),
         spec,
     )
-    examples = {
-        r["impression_id"]: r for r in tables.training_examples(impressions, events, users, ads, spec, DS).collect()
-    }
-    timelines = tables.user_timelines(impressions, events, users, ads, spec, DS).collect()
-    assert sum(r["impression_count"] for r in timelines) == len(examples) == 40
-    assert sorted(i for r in timelines for i in r["impression_id"]) == sorted(examples)
-    lengths, tied = [], []  # each impression's training sequence length; whether an event shares its ts
+    examples = {r["impression_id"]: r for r in tables.training_examples(impressions, users, ads, spec, DS).collect()}
+    timelines_df = tables.user_timelines(impressions, events, users, ads, spec, DS)
+    timelines = timelines_df.collect()
+    own = {r["impression_id"]: r for r in tables.impression_sequences(timelines_df, spec).collect()}
+    assert sum(r["impression_count"] for r in timelines) == len(examples) == len(own) == 40
+    assert sorted(i for r in timelines for i in r["impression_id"]) == sorted(examples) == sorted(own)
+    # Each impression's sequence worked out apart from Spark: its user's events in the lookback window strictly
+    # before its ts, newest first (ties by item, then action), the newest max_seq_len.
+    category = {r["ad_id"]: r["category_idx"] for r in ads.collect()}
+    window = [e for e in events.collect() if e["ds"] >= DS - timedelta(days=spec.lookback_days)]
+    lengths, tied = [], []  # each impression's sequence length; whether an event shares its ts
+    for impression_id, example in examples.items():
+        before = sorted(
+            ((e["ts"], e["item_id"], e["action"]) for e in window if e["user_id"] == example["user_id"]),
+            reverse=True,
+        )
+        expected = [e for e in before if e[0] < example["ts"]][: spec.max_seq_len]
+        sequence = own[impression_id]
+        assert (sequence["user_id"], sequence["ds"], sequence["ts"]) == (example["user_id"], DS, example["ts"])
+        assert list(zip(sequence["seq_ts"], sequence["seq_item_ids"], sequence["seq_actions"])) == expected
+        assert sequence["seq_category_idx"] == [category.get(item, tables.MISSING_ROW) for _, item, _ in expected]
+        assert sequence["seq_age_idx"] == [_age_at(t, example["ts"]) for t, _, _ in expected]
+        lengths.append(len(expected))
+        tied.append(any(e[0] == example["ts"] for e in before))
     for row in timelines:
         assert row["seq_age_idx"] == [_age(t) for t in row["seq_ts"]]
-        seen = list(zip(row["seq_ts"], row["seq_item_ids"], row["seq_actions"], row["seq_category_idx"]))
         for i, impression_id in enumerate(row["impression_id"]):
             example = examples[impression_id]
-            sequence = list(
-                zip(example["seq_ts"], example["seq_item_ids"], example["seq_actions"], example["seq_category_idx"])
-            )
-            visible = seen[: row["visible"][i]][::-1]  # newest first, as training_examples holds it
-            assert visible[: spec.max_seq_len] == sequence, impression_id
-            if len(sequence) < spec.max_seq_len:  # not cut: exactly the same events
-                assert len(visible) == len(sequence), impression_id
-            lengths.append(len(sequence))
-            tied.append(row["ts"][i] in row["seq_ts"])
             assert row["target_age_idx"][i] == _age(row["ts"][i]), impression_id
             for column in (
                 "ts",
