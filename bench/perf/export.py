@@ -7,7 +7,8 @@ lake). In the same run it measures, on the day's inputs:
 - `jobs.score` as one process (torch's default threads) and under torchrun with `--nproc`
   ranks of one thread each, end to end (start-up, model load, all three tables);
 - the whole `export_job` of the day through Dagster (user input, scoring, commits, both indexes,
-  candidates), with each step's time.
+  candidates), with each step's time; the scoring figures are printed before it starts, and a failed job (e.g.
+  a blocking index check) exits non-zero after its steps' times.
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ def export_job(lake, version: str, ds: date) -> dict[str, float]:
     result = (
         build_definitions(lake=lake)
         .resolve_job_def("export_job")
-        .execute_in_process(instance=instance, partition_key=model_day_key(version, ds))
+        .execute_in_process(instance=instance, partition_key=model_day_key(version, ds), raise_on_error=False)
     )
     total = time.perf_counter() - started
-    steps = {s.step_key: s.end_time - s.start_time for s in instance.get_run_step_stats(result.run_id)}
-    return {"total_seconds": total, **{f"{k}_seconds": v for k, v in steps.items()}}
+    stats = instance.get_run_step_stats(result.run_id)
+    failed = [s.step_key for s in stats if s.status is not None and s.status.value == "FAILURE"]
+    steps = {f"{s.step_key}_seconds": s.end_time - s.start_time for s in stats if s.end_time}
+    return {"success": result.success, "failed_steps": failed, "total_seconds": total, **steps}
 
 
 def main() -> None:
@@ -80,13 +83,11 @@ def main() -> None:
     users = work / "users"
     write_user_input(SparkResource().session(), paths, cfg.features, ds, users, cfg.export.user_input_files)
 
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     results = {
         "one_process": scoring_run(version, ds, users, work / "one", 1),
         "torchrun": scoring_run(version, ds, users, work / "ranks", args.nproc),
-        "export_job": export_job(lake, version, ds),
     }
-    shutil.rmtree(work)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     print(f"\n{args.preset}, ds={ds}, model {version}, {machine}\n")
     print("| scoring | rows | seconds | rows/s |\n|---|---|---|---|")
     for name, label in (
@@ -94,16 +95,23 @@ def main() -> None:
         ("torchrun", f"jobs.score, torchrun {args.nproc} ranks"),
     ):
         r = results[name]
-        print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} |")
+        print(f"| {label} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_second']:,.0f} |", flush=True)
+    results["export_job"] = export_job(lake, version, ds)
+    shutil.rmtree(work)
     print("\n| export_job step | seconds |\n|---|---|")
     for step, seconds in results["export_job"].items():
-        print(f"| {step.removesuffix('_seconds')} | {seconds:.1f} |")
+        if step.endswith("_seconds"):
+            print(f"| {step.removesuffix('_seconds')} | {seconds:.1f} |")
     if args.out:
         args.out.write_text(
             json.dumps(
                 {"preset": args.preset, "ds": ds.isoformat(), "model_version": version, "machine": machine, **results},
                 indent=2,
             )
+        )
+    if not results["export_job"]["success"]:
+        raise SystemExit(
+            f"export_job failed at {results['export_job']['failed_steps']}: the timings above are of a failed run"
         )
 
 
